@@ -1,0 +1,111 @@
+"""Versioned status cache in Redis.
+
+Each entry is ``"<version>|<json>"`` where version is the row's ``version`` column. The write
+is a compare-and-set in Lua: it lands only if no entry exists or the stored version is lower,
+so a reader backfilling from an older read can never replace what a writer just committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+from redis.exceptions import RedisError
+
+from relay_core import jsonutil
+
+log = logging.getLogger(__name__)
+
+_PUT_IF_NEWER = """
+local current = redis.call('GET', KEYS[1])
+if current then
+  local sep = string.find(current, '|', 1, true)
+  if sep and tonumber(string.sub(current, 1, sep - 1)) >= tonumber(ARGV[1]) then
+    return 0
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+
+
+def connect(url: str, timeout_s: float) -> Redis:
+    return Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        health_check_interval=30,
+    )
+
+
+class StatusCache:
+    def __init__(
+        self, redis: Redis, prefix: str, *, terminal_ttl_s: int = 600, active_ttl_s: int = 10
+    ) -> None:
+        self._redis = redis
+        self._prefix = prefix
+        self._terminal_ttl_s = terminal_ttl_s
+        self._active_ttl_s = active_ttl_s
+        self._put = redis.register_script(_PUT_IF_NEWER)
+        self.errors = 0
+        # After a failure Redis is skipped for a moment, so an outage costs one timeout per
+        # second instead of one per request.
+        self._skip_until = 0.0
+        self.backoff_s = 1.0
+
+    def key(self, transaction_id: str) -> str:
+        return f"{self._prefix}tx:{transaction_id}"
+
+    @property
+    def available(self) -> bool:
+        return time.monotonic() >= self._skip_until
+
+    def _failed(self, action: str, transaction_id: str, exc: BaseException) -> None:
+        self.errors += 1
+        self._skip_until = time.monotonic() + self.backoff_s
+        log.warning(
+            f"cache.{action}_failed",
+            extra={"transactionId": transaction_id, "error": type(exc).__name__},
+        )
+
+    async def get(self, transaction_id: str) -> tuple[int, dict[str, Any]] | None:
+        """The cached entry, or None on a miss. Redis errors propagate to the caller."""
+        raw = await self._redis.get(self.key(transaction_id))
+        if raw is None:
+            return None
+        version, _, body = (raw if isinstance(raw, bytes) else raw.encode()).partition(b"|")
+        return int(version), jsonutil.loads(body)
+
+    async def get_quietly(self, transaction_id: str) -> tuple[int, dict[str, Any]] | None:
+        """Read for a status lookup: Redis down is a miss, logged and counted."""
+        if not self.available:
+            return None
+        try:
+            return await self.get(transaction_id)
+        except (RedisError, OSError) as exc:
+            self._failed("read", transaction_id, exc)
+            return None
+
+    async def put(
+        self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool
+    ) -> bool:
+        """Store ``entry`` unless a newer version is already there. Redis errors propagate."""
+        ttl = self._terminal_ttl_s if terminal else self._active_ttl_s
+        stored = await self._put(
+            keys=[self.key(transaction_id)], args=[version, jsonutil.dumps(entry), ttl]
+        )
+        return bool(stored)
+
+    async def put_quietly(
+        self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool
+    ) -> bool:
+        """Write-through after a commit: a Redis failure is logged and counted, never raised."""
+        if not self.available:
+            return False
+        try:
+            return await self.put(transaction_id, version, entry, terminal)
+        except (RedisError, OSError) as exc:
+            self._failed("write", transaction_id, exc)
+            return False

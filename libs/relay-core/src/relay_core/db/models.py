@@ -1,0 +1,116 @@
+"""ORM models. Alembic migrations in ``relay_core.migrations`` must match these exactly."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects import mysql
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+# Microsecond timestamps on MySQL/MariaDB: stage latencies are reported in milliseconds.
+Timestamp = DateTime().with_variant(mysql.DATETIME(fsp=6), "mysql", "mariadb")
+BigId = BigInteger().with_variant(Integer(), "sqlite")
+
+
+def utcnow() -> datetime:
+    """Naive UTC: what both MySQL DATETIME and SQLite store."""
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def new_id() -> str:
+    return str(uuid.uuid4())
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+
+
+class ApiClient(Base):
+    __tablename__ = "api_clients"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    name: Mapped[str] = mapped_column(String(100))
+    role: Mapped[str] = mapped_column(String(16), default="client")
+    # sha256 of the key; the key itself is shown once at creation and never stored.
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    key_prefix: Mapped[str] = mapped_column(String(16))
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    revoked_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+
+
+class Transaction(Base):
+    __tablename__ = "transactions"
+    __table_args__ = (
+        UniqueConstraint("client_id", "idempotency_key"),
+        # A gasless (from, nonce) may be in flight once; the key is cleared when it ends.
+        UniqueConstraint("inflight_key"),
+        Index(None, "status", "updated_at"),
+        Index(None, "created_at"),
+        Index(None, "status", "enqueued_at", "created_at"),
+        Index(None, "client_id", "created_at"),
+    )
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
+    client_id: Mapped[str] = mapped_column(ForeignKey("api_clients.id"))
+    type: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    # Bumped on every change; orders cache writes so an older entry never replaces a newer one.
+    version: Mapped[int] = mapped_column(Integer, default=1)
+    request: Mapped[dict[str, Any]] = mapped_column(JSON)
+    result: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    error: Mapped[str | None] = mapped_column(Text, default=None)
+    hash: Mapped[str | None] = mapped_column(String(66), default=None)
+    executor_tx_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
+    request_fingerprint: Mapped[str] = mapped_column(String(64))
+    inflight_key: Mapped[str | None] = mapped_column(String(130), default=None)
+    valid_until: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    enqueued_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    claimed_by: Mapped[str | None] = mapped_column(String(64), default=None)
+    claimed_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    submit_started_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    submitted_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    confirmed_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+
+
+class TransactionEvent(Base):
+    """Audit trail: one row per status change after creation (the row itself records creation)."""
+
+    __tablename__ = "transaction_events"
+    __table_args__ = (
+        Index(None, "transaction_id", "id"),
+        Index(None, "created_at"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    transaction_id: Mapped[str] = mapped_column(ForeignKey("transactions.id", ondelete="CASCADE"))
+    from_status: Mapped[str | None] = mapped_column(String(16))
+    to_status: Mapped[str] = mapped_column(String(16))
+    source: Mapped[str] = mapped_column(String(32))
+    reason: Mapped[str | None] = mapped_column(Text, default=None)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

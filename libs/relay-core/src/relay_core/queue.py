@@ -1,0 +1,158 @@
+"""The SQS contract between relay-api (producer) and queue-consumer, and the client for it.
+
+Message body (``schemaVersion`` 1)::
+
+    {"schemaVersion": 1, "messageId": "<uuid>", "transactionId": "<uuid>",
+     "type": "direct"|"gasless", "timestamp": "<RFC 3339 UTC>"}
+
+The body names the transaction; the consumer reloads the row and decides from it, never from
+the message. The same fields are repeated as message attributes for routing and tracing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aioboto3
+from botocore.config import Config
+
+from relay_core import jsonutil
+from relay_core.settings import InfraSettings
+from relay_core.statuses import TxType
+
+SCHEMA_VERSION = 1
+
+
+class PoisonMessage(ValueError):
+    """A message that can never be processed: unparseable or of an unknown schema."""
+
+
+@dataclass(frozen=True, slots=True)
+class TransactionMessage:
+    transaction_id: str
+    type: TxType
+    message_id: str
+    timestamp: str
+
+    @classmethod
+    def new(cls, transaction_id: str, tx_type: TxType | str) -> TransactionMessage:
+        return cls(
+            transaction_id=transaction_id,
+            type=TxType(tx_type),
+            message_id=str(uuid.uuid4()),
+            timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+        )
+
+    def body(self) -> str:
+        return jsonutil.dumps(
+            {
+                "schemaVersion": SCHEMA_VERSION,
+                "messageId": self.message_id,
+                "transactionId": self.transaction_id,
+                "type": self.type.value,
+                "timestamp": self.timestamp,
+            }
+        )
+
+    def attributes(self) -> dict[str, Any]:
+        def attr(value: str) -> dict[str, str]:
+            return {"DataType": "String", "StringValue": value}
+
+        return {
+            "schemaVersion": {"DataType": "Number", "StringValue": str(SCHEMA_VERSION)},
+            "transactionId": attr(self.transaction_id),
+            "type": attr(self.type.value),
+        }
+
+    @classmethod
+    def parse(cls, body: str) -> TransactionMessage:
+        try:
+            data = jsonutil.loads(body)
+        except ValueError as exc:
+            raise PoisonMessage("body is not JSON") from exc
+        if not isinstance(data, dict):
+            raise PoisonMessage("body is not a JSON object")
+        if data.get("schemaVersion") != SCHEMA_VERSION:
+            raise PoisonMessage(f"unknown schemaVersion {data.get('schemaVersion')!r}")
+        try:
+            transaction_id = str(uuid.UUID(str(data["transactionId"])))
+            return cls(
+                transaction_id=transaction_id,
+                type=TxType(data["type"]),
+                message_id=str(data["messageId"]),
+                timestamp=str(data["timestamp"]),
+            )
+        except (KeyError, ValueError) as exc:
+            raise PoisonMessage(f"missing or invalid field: {exc}") from exc
+
+
+def client_config(settings: InfraSettings, *, timeout_s: float = 5.0, retries: int = 2) -> Config:
+    return Config(
+        region_name=settings.aws_region,
+        connect_timeout=timeout_s,
+        read_timeout=max(timeout_s, 25.0),  # long polls wait up to 20 s
+        retries={"max_attempts": retries, "mode": "standard"},
+        max_pool_connections=50,
+    )
+
+
+def session() -> aioboto3.Session:
+    return aioboto3.Session()
+
+
+def sqs_client_kwargs(settings: InfraSettings) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {"region_name": settings.aws_region}
+    if settings.aws_endpoint_url:
+        kwargs["endpoint_url"] = settings.aws_endpoint_url
+        # Local emulators accept any credentials; do not require the operator to invent some.
+        kwargs.setdefault("aws_access_key_id", "test")
+        kwargs.setdefault("aws_secret_access_key", "test")
+    return kwargs
+
+
+async def create_queues(sqs: Any, settings: InfraSettings) -> tuple[str, str]:
+    """Create the work queue and its DLQ with the redrive policy. Safe to run again."""
+    dlq_url = (
+        await sqs.create_queue(
+            QueueName=settings.dlq_name,
+            Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)},
+        )
+    )["QueueUrl"]
+    dlq_arn = (await sqs.get_queue_attributes(QueueUrl=dlq_url, AttributeNames=["QueueArn"]))[
+        "Attributes"
+    ]["QueueArn"]
+    attributes = {
+        "VisibilityTimeout": str(settings.queue_visibility_timeout_s),
+        "MessageRetentionPeriod": str(settings.queue_retention_s),
+        "ReceiveMessageWaitTimeSeconds": "20",
+        "RedrivePolicy": jsonutil.dumps(
+            {
+                "deadLetterTargetArn": dlq_arn,
+                "maxReceiveCount": str(settings.queue_max_receive_count),
+            }
+        ),
+    }
+    queue_url = (await sqs.create_queue(QueueName=settings.queue_name))["QueueUrl"]
+    # create_queue does not change an existing queue's attributes; set them explicitly.
+    await sqs.set_queue_attributes(QueueUrl=queue_url, Attributes=attributes)
+    return queue_url, dlq_url
+
+
+async def send_batch(sqs: Any, queue_url: str, messages: Sequence[TransactionMessage]) -> set[str]:
+    """Send up to 10 messages in one call; return the transaction ids that SQS accepted."""
+    if not messages:
+        return set()
+    entries = [
+        {
+            "Id": str(index),
+            "MessageBody": message.body(),
+            "MessageAttributes": message.attributes(),
+        }
+        for index, message in enumerate(messages)
+    ]
+    response = await sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
+    return {messages[int(entry["Id"])].transaction_id for entry in response.get("Successful", [])}

@@ -1,0 +1,39 @@
+"""The FastAPI application."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.responses import ORJSONResponse
+
+from relay_api import errors
+from relay_api.health.endpoints import router as health_router
+from relay_api.middleware import BodySizeLimit
+from relay_api.relay.endpoints import router as relay_router
+from relay_api.runtime import open_runtime
+from relay_api.settings import ApiSettings
+
+
+def create_app(settings: ApiSettings | None = None, *, background: bool = True) -> FastAPI:
+    settings = settings or ApiSettings()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        async with open_runtime(settings, background=background) as runtime:
+            app.state.runtime = runtime
+            yield
+
+    app = FastAPI(
+        title="Relay API",
+        version="0.1.0",
+        summary="Asynchronous EVM transaction relay: submit, get 202, track to confirmation.",
+        lifespan=lifespan,
+        default_response_class=ORJSONResponse,
+    )
+    app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    errors.install(app)
+    app.include_router(health_router)
+    app.include_router(relay_router)
+    return app

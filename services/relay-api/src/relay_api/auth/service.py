@@ -1,0 +1,89 @@
+"""Who is calling: X-API-Key → client, with a short in-process cache of verified keys."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from dataclasses import dataclass
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from relay_api.auth import repository
+from relay_core import apikeys
+from relay_core.db.models import ApiClient
+from relay_core.errors import Unauthorized
+
+ADMIN = "admin"
+CLIENT = "client"
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    id: str
+    name: str
+    role: str
+
+    @property
+    def is_admin(self) -> bool:
+        return self.role == ADMIN
+
+
+class Authenticator:
+    """Verifies keys against the stored SHA-256 digests.
+
+    A verified key is trusted for ``ttl_s`` seconds without a database read, so revoking a
+    key takes effect within that time (0 disables the cache).
+    """
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
+        self._sessions = sessions
+        self._ttl_s = ttl_s
+        self._verified: dict[str, tuple[Caller, float]] = {}
+
+    async def authenticate(self, presented: str | None) -> Caller:
+        if not presented:
+            raise Unauthorized("missing X-API-Key header")
+        if len(presented) > 200:
+            raise Unauthorized("invalid API key")
+        digest = apikeys.hash_key(presented)
+        cached = self._verified.get(digest)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            return cached[0]
+        async with self._sessions() as session:
+            client = await repository.active_by_hash(session, digest)
+        # The index lookup finds the row; the constant-time comparison is the check.
+        if client is None or not hmac.compare_digest(client.key_hash, digest):
+            self._verified.pop(digest, None)
+            raise Unauthorized("invalid API key")
+        caller = Caller(id=client.id, name=client.name, role=client.role)
+        if self._ttl_s > 0:
+            if len(self._verified) > 10_000:
+                self._verified.clear()
+            self._verified[digest] = (caller, now + self._ttl_s)
+        return caller
+
+
+async def create_client(
+    session: AsyncSession, name: str, *, admin: bool = False, key: str | None = None
+) -> tuple[ApiClient, str]:
+    """Create a client and return it with its key (the only time the key is visible)."""
+    key = key or apikeys.generate_key()
+    client = ApiClient(
+        name=name,
+        role=ADMIN if admin else CLIENT,
+        key_hash=apikeys.hash_key(key),
+        key_prefix=apikeys.display_prefix(key),
+    )
+    await repository.add(session, client)
+    return client, key
+
+
+async def ensure_client_with_key(session: AsyncSession, name: str, key: str) -> ApiClient:
+    """Seed a development client with a known key; reuse it when it already exists."""
+    existing = await repository.by_hash(session, apikeys.hash_key(key))
+    if existing is not None:
+        existing.revoked_at = None
+        return existing
+    client, _ = await create_client(session, name, key=key)
+    return client

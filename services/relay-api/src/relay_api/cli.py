@@ -1,0 +1,191 @@
+"""The ``relay`` command: operate a Relay deployment.
+
+relay db upgrade                      apply migrations (DATABASE_URL)
+relay keys create --name NAME [--admin]   prints the new key alone on the last line
+relay keys list | relay keys revoke CLIENT_ID
+relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL / AWS
+relay sweep --once                    enqueue committed rows that never reached SQS
+relay serve                           run the API (uvicorn, one worker)
+relay dev                             the whole system locally (what `make run` runs)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from relay_api.settings import ApiSettings
+from relay_core.logs import configure_logging
+
+
+def _out(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def migrate(database_url: str) -> None:
+    from alembic import command
+    from alembic.config import Config
+
+    from relay_core.settings import async_database_url
+
+    config = Config()
+    config.set_main_option("script_location", "relay_core:migrations")
+    config.attributes["database_url"] = async_database_url(database_url)
+    command.upgrade(config, "head")
+
+
+async def _keys_create(settings: ApiSettings, name: str, admin: bool) -> None:
+    from relay_api.auth.service import create_client
+    from relay_core.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(settings)
+    try:
+        async with create_sessionmaker(engine)() as session, session.begin():
+            client, key = await create_client(session, name, admin=admin)
+    finally:
+        await engine.dispose()
+    _out(f"client {client.id} ({client.role}) created; store this key now, it is not shown again:")
+    _out(key)
+
+
+async def _keys_list(settings: ApiSettings) -> None:
+    from relay_api.auth import repository
+    from relay_core.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(settings)
+    try:
+        async with create_sessionmaker(engine)() as session:
+            clients = await repository.all_clients(session)
+    finally:
+        await engine.dispose()
+    _out(f"{'id':36}  {'role':6}  {'prefix':10}  {'revoked':5}  name")
+    for c in clients:
+        revoked = "yes" if c.revoked_at else "no"
+        _out(f"{c.id:36}  {c.role:6}  {c.key_prefix:10}  {revoked:5}  {c.name}")
+
+
+async def _keys_revoke(settings: ApiSettings, client_id: str) -> int:
+    from relay_api.auth import repository
+    from relay_core.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(settings)
+    try:
+        async with create_sessionmaker(engine)() as session, session.begin():
+            revoked = await repository.revoke(session, client_id)
+    finally:
+        await engine.dispose()
+    _out(f"client {client_id} revoked" if revoked else f"no active client {client_id}")
+    return 0 if revoked else 1
+
+
+async def _queues_create(settings: ApiSettings) -> None:
+    from relay_core import queue
+
+    async with queue.session().client(
+        "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+    ) as sqs:
+        queue_url, dlq_url = await queue.create_queues(sqs, settings)
+    _out(f"queue {queue_url}")
+    _out(f"dlq   {dlq_url} (maxReceiveCount {settings.queue_max_receive_count})")
+
+
+async def _sweep_once(settings: ApiSettings) -> None:
+    from relay_api.outbox.service import sweep_until_idle
+    from relay_api.runtime import open_runtime
+
+    async with open_runtime(settings, background=False) as runtime:
+        count = await sweep_until_idle(
+            runtime.sessions,
+            runtime.queue,
+            grace_s=settings.outbox_sweep_grace_s,
+            batch=settings.outbox_sweep_batch,
+        )
+    _out(f"enqueued {count} transaction(s)")
+
+
+def serve(settings: ApiSettings) -> None:
+    import uvicorn
+
+    from relay_api.app import create_app
+
+    configure_logging(settings.log_level)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        timeout_graceful_shutdown=20,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="relay", description="Operate a Relay deployment.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    db = sub.add_parser("db", help="database schema").add_subparsers(dest="action", required=True)
+    db.add_parser("upgrade", help="apply migrations up to head")
+
+    keys = sub.add_parser("keys", help="API clients and keys").add_subparsers(
+        dest="action", required=True
+    )
+    create = keys.add_parser("create", help="create a client; prints its key on the last line")
+    create.add_argument("--name", required=True)
+    create.add_argument("--admin", action="store_true", help="may read every client's data")
+    keys.add_parser("list", help="list clients (never keys)")
+    revoke = keys.add_parser("revoke", help="revoke a client's key")
+    revoke.add_argument("client_id")
+
+    queues = sub.add_parser("queues", help="SQS queues").add_subparsers(
+        dest="action", required=True
+    )
+    queues.add_parser("create", help="create the queue and its DLQ with the redrive policy")
+
+    sweep = sub.add_parser("sweep", help="send committed rows that never reached SQS")
+    sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
+
+    sub.add_parser("serve", help="run the API server")
+    sub.add_parser("dev", help="run the whole system locally (make run)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "dev":
+        from relay_api.devserver import run
+
+        return run()
+    settings = ApiSettings()
+    if args.command == "serve":
+        serve(settings)
+        return 0
+    if args.command == "db":
+        migrate(settings.database_url)
+        _out("database at head")
+        return 0
+    if args.command == "keys":
+        if args.action == "create":
+            asyncio.run(_keys_create(settings, args.name, args.admin))
+        elif args.action == "list":
+            asyncio.run(_keys_list(settings))
+        else:
+            return asyncio.run(_keys_revoke(settings, args.client_id))
+        return 0
+    if args.command == "queues":
+        asyncio.run(_queues_create(settings))
+        return 0
+    if args.command == "sweep":
+        asyncio.run(_sweep_once(settings))
+        return 0
+    return 2
+
+
+def serve_main() -> None:
+    serve(ApiSettings())
+
+
+if __name__ == "__main__":
+    sys.exit(main())

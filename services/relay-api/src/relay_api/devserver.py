@@ -1,0 +1,134 @@
+"""``make run``: the whole system on one machine with embedded defaults.
+
+One process tree: a local SQS server on a free loopback port (queue, DLQ and redrive created),
+SQLite under ``.relay/`` (kept between runs), Redis only when ``REDIS_URL`` is set, and the API
+on 127.0.0.1:$PORT (default 8000). Ctrl-C stops the children in order and waits for them.
+Every setting can be overridden from the environment.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from relay_core import apikeys, localsqs
+
+GRACE_S = 30.0
+
+
+def _say(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{url} exited with code {process.returncode} while starting")
+        try:
+            with urllib.request.urlopen(url, timeout=1):  # noqa: S310 (loopback only)
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s")
+
+
+def _dev_key(state_dir: Path) -> str:
+    explicit = os.environ.get("RELAY_DEV_API_KEY")
+    if explicit:
+        return explicit
+    key_file = state_dir / "dev-api-key"
+    if key_file.exists():
+        return key_file.read_text().strip()
+    key = apikeys.generate_key()
+    key_file.write_text(key + "\n")
+    key_file.chmod(0o600)
+    return key
+
+
+def _stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
+def run() -> int:
+    from relay_api.cli import migrate
+    from relay_api.settings import ApiSettings
+
+    state_dir = Path(os.environ.get("RELAY_STATE_DIR", ".relay")).resolve()
+    state_dir.mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("RELAY_ENV", "dev")
+    os.environ.setdefault("DATABASE_URL", f"sqlite:///{state_dir / 'relay.db'}")
+    os.environ.setdefault("PORT", "8000")
+
+    stop = threading.Event()
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+
+    sqs: localsqs.LocalSqs | None = None
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        if not os.environ.get("AWS_ENDPOINT_URL"):
+            sqs = localsqs.start(log_path=state_dir / "sqs.log")
+            os.environ["AWS_ENDPOINT_URL"] = sqs.endpoint
+        os.environ["RELAY_DEV_API_KEY"] = _dev_key(state_dir)
+        settings = ApiSettings()
+        migrate(settings.database_url)
+        from relay_api.cli import _queues_create
+
+        asyncio.run(_queues_create(settings))
+
+        api = subprocess.Popen(
+            [sys.executable, "-m", "relay_api.cli", "serve"], start_new_session=True
+        )
+        children.append(api)
+        base = f"http://127.0.0.1:{settings.port}"
+        _wait_http(f"{base}/health", api)
+        key = os.environ["RELAY_DEV_API_KEY"]
+        _say("")
+        _say("Relay is running (Ctrl-C stops everything)")
+        _say(f"  API        {base}   docs {base}/docs")
+        _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({sqs.kind if sqs else 'external'})")
+        _say(f"  database   {settings.database_url}")
+        _say(f"  redis      {settings.redis_url or 'off (set REDIS_URL to enable the cache tier)'}")
+        _say(f"  dev key    {key}")
+        _say("")
+        _say("Try:")
+        _say(
+            f"  curl -s -X POST {base}/api/v1/relay/direct -H 'X-API-Key: {key}' "
+            "-H 'Content-Type: application/json' "
+            '-d \'{"to":"0x000000000000000000000000000000000000dEaD","value":"1"}\''
+        )
+        _say(f"  curl -s {base}/api/v1/relay/status/<transactionId> -H 'X-API-Key: {key}'")
+        _say("")
+        while not stop.is_set():
+            for child in children:
+                if child.poll() is not None:
+                    _say(f"a child process exited with code {child.returncode}; stopping")
+                    stop.set()
+            stop.wait(0.5)
+        return 0
+    except RuntimeError as exc:
+        _say(f"relay dev: {exc}")
+        return 1
+    finally:
+        _say("stopping...")
+        for child in reversed(children):
+            _stop(child, GRACE_S)
+        if sqs is not None:
+            sqs.stop()
+        _say("stopped")

@@ -1,0 +1,54 @@
+"""Liveness, readiness and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from fastapi import APIRouter
+from fastapi.responses import ORJSONResponse, PlainTextResponse
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from sqlalchemy import text
+
+from relay_api.deps import RuntimeDep
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness: the process answers. Checks nothing else, so a dependency outage never
+    gets a healthy process restarted."""
+    return {"status": "ok"}
+
+
+async def _check(name: str, probe: Any, timeout_s: float) -> tuple[str, str]:
+    try:
+        await asyncio.wait_for(probe, timeout_s)
+    except Exception as exc:
+        return name, f"down: {type(exc).__name__}"
+    return name, "ok"
+
+
+@router.get("/ready")
+async def ready(runtime: RuntimeDep) -> ORJSONResponse:
+    """Readiness: the database, SQS and (when configured) Redis all answer."""
+
+    async def database() -> None:
+        async with runtime.engine.connect() as connection:
+            await connection.execute(text("SELECT 1"))
+
+    probes = [_check("database", database(), 2.0), _check("sqs", runtime.queue.ping(), 2.0)]
+    if runtime.redis is not None:
+        probes.append(_check("redis", runtime.redis.ping(), 1.0))
+    components = dict(await asyncio.gather(*probes))
+    ok = all(state == "ok" for state in components.values())
+    return ORJSONResponse(
+        {"status": "ready" if ok else "unavailable", "components": components},
+        status_code=200 if ok else 503,
+    )
+
+
+@router.get("/metrics", include_in_schema=False)
+async def metrics() -> PlainTextResponse:
+    return PlainTextResponse(generate_latest().decode(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,89 @@
+"""Publish after commit, off the request path.
+
+Requests hand their committed transaction ids to :class:`Publisher`; a background task sends
+them to SQS in batches of up to 10 and marks the rows ``enqueued_at``. A send that fails (SQS
+down, process killed before the send) leaves ``enqueued_at`` NULL and the sweeper sends the row
+later, so nothing accepted is ever lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from relay_api import metrics
+from relay_api.outbox import repository
+from relay_api.outbox.queue import WorkQueue
+from relay_core.queue import TransactionMessage
+
+log = logging.getLogger(__name__)
+
+
+class Publisher:
+    def __init__(
+        self,
+        queue: WorkQueue,
+        sessions: async_sessionmaker[AsyncSession],
+        *,
+        max_pending: int = 10_000,
+    ) -> None:
+        self._queue = queue
+        self._sessions = sessions
+        self._pending: asyncio.Queue[TransactionMessage] = asyncio.Queue(max_pending)
+        self._task: asyncio.Task[None] | None = None
+
+    def publish(self, messages: list[TransactionMessage]) -> None:
+        """Called after commit. Never blocks and never fails the request."""
+        for message in messages:
+            try:
+                self._pending.put_nowait(message)
+            except asyncio.QueueFull:
+                # The row is committed; the sweeper will send it.
+                metrics.OUTBOX_DEFERRED.inc()
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="outbox-publisher")
+
+    async def stop(self, timeout_s: float = 5.0) -> None:
+        """Send what is buffered (bounded by ``timeout_s``), then stop."""
+        if self._task is None:
+            return
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._pending.join(), timeout_s)
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._pending.get()]
+            while len(batch) < 10 and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            try:
+                await self.send_now(batch)
+            finally:
+                for _ in batch:
+                    self._pending.task_done()
+
+    async def send_now(self, batch: list[TransactionMessage]) -> None:
+        try:
+            sent = await self._queue.send(batch)
+        except Exception as exc:
+            metrics.OUTBOX_SEND_FAILURES.inc(len(batch))
+            log.warning(
+                "api.outbox.send_failed",
+                extra={"count": len(batch), "error": f"{type(exc).__name__}: {exc}"},
+            )
+            return
+        if len(sent) < len(batch):
+            metrics.OUTBOX_SEND_FAILURES.inc(len(batch) - len(sent))
+        try:
+            async with self._sessions() as session, session.begin():
+                await repository.mark_enqueued(session, sent)
+        except Exception as exc:
+            # Sent but not marked: the sweeper sends it again and the consumer drops the copy.
+            log.warning("api.outbox.mark_failed", extra={"count": len(sent), "error": str(exc)})

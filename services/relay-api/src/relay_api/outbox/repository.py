@@ -1,0 +1,40 @@
+"""SQL for the outbox: which rows still need a message, and marking them sent."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from relay_core.db.models import Transaction, utcnow
+from relay_core.statuses import TxStatus
+
+
+async def unsent(session: AsyncSession, older_than: datetime, limit: int) -> list[tuple[str, str]]:
+    """Pending rows never handed to SQS, oldest first, locked against other sweepers."""
+    stmt = (
+        select(Transaction.id, Transaction.type)
+        .where(
+            Transaction.status == TxStatus.pending.value,
+            Transaction.enqueued_at.is_(None),
+            Transaction.created_at < older_than,
+        )
+        .order_by(Transaction.created_at)
+        .limit(limit)
+    )
+    if session.get_bind().dialect.name != "sqlite":
+        stmt = stmt.with_for_update(skip_locked=True)
+    rows = await session.execute(stmt)
+    return [(row.id, row.type) for row in rows]
+
+
+async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:
+    if not ids:
+        return
+    await session.execute(
+        update(Transaction)
+        .where(Transaction.id.in_(list(ids)), Transaction.enqueued_at.is_(None))
+        .values(enqueued_at=utcnow())
+    )

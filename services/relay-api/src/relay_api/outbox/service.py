@@ -1,0 +1,61 @@
+"""The sweeper: finds committed rows that never reached SQS and sends them."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from relay_api import metrics
+from relay_api.outbox import repository
+from relay_api.outbox.queue import WorkQueue
+from relay_core.db.models import utcnow
+from relay_core.queue import TransactionMessage
+
+log = logging.getLogger(__name__)
+
+
+async def sweep_once(
+    sessions: async_sessionmaker[AsyncSession], queue: WorkQueue, *, grace_s: float, batch: int
+) -> int:
+    """Send one batch of unsent rows. Returns how many were enqueued."""
+    async with sessions() as session, session.begin():
+        rows = await repository.unsent(session, utcnow() - timedelta(seconds=grace_s), batch)
+        if not rows:
+            return 0
+        messages = [TransactionMessage.new(tx_id, tx_type) for tx_id, tx_type in rows]
+        sent = await queue.send(messages)
+        await repository.mark_enqueued(session, sent)
+    metrics.OUTBOX_SWEPT.inc(len(sent))
+    log.info("api.outbox.swept", extra={"count": len(sent), "found": len(rows)})
+    return len(sent)
+
+
+async def sweep_until_idle(
+    sessions: async_sessionmaker[AsyncSession], queue: WorkQueue, *, grace_s: float, batch: int
+) -> int:
+    total = 0
+    while True:
+        count = await sweep_once(sessions, queue, grace_s=grace_s, batch=batch)
+        total += count
+        if count < batch:
+            return total
+
+
+async def run_sweeper(
+    sessions: async_sessionmaker[AsyncSession],
+    queue: WorkQueue,
+    *,
+    interval_s: float,
+    grace_s: float,
+    batch: int,
+) -> None:
+    """Background loop in the API process. Failures are logged; the loop keeps going."""
+    while True:
+        try:
+            await sweep_until_idle(sessions, queue, grace_s=grace_s, batch=batch)
+        except Exception as exc:
+            log.warning("api.outbox.sweep_failed", extra={"error": f"{type(exc).__name__}: {exc}"})
+        await asyncio.sleep(interval_s)

@@ -1,0 +1,96 @@
+"""Routes under /api/v1/relay."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Annotated
+
+from fastapi import APIRouter, Header, Path
+from fastapi.responses import ORJSONResponse
+
+from relay_api.deps import CacheDep, CallerDep, JsonBody, RuntimeDep, UowDep
+from relay_api.relay import service
+from relay_api.relay.schemas import AcceptedResponse, DirectRequest, GaslessRequest, StatusResponse
+
+router = APIRouter(prefix="/api/v1/relay", tags=["relay"])
+
+IdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Same key and body within a client → the original 202 again",
+    ),
+]
+
+ERRORS = {
+    400: {"description": "Semantic error naming the field (signature, deadline, gas...)"},
+    401: {"description": "Missing, unknown or revoked X-API-Key"},
+    409: {"description": "Idempotency-Key reused with another body, or nonce in flight"},
+    413: {"description": "Body larger than the configured limit"},
+    415: {"description": "Content-Type is not application/json"},
+    422: {"description": "Schema error naming the field"},
+    503: {"description": "Database unavailable; nothing was written"},
+}
+
+
+def _accepted(result: service.Accepted) -> ORJSONResponse:
+    headers = {"Location": f"/api/v1/relay/status/{result.transaction_id}"}
+    if result.replayed:
+        headers["Idempotent-Replayed"] = "true"
+    return ORJSONResponse(result.body(), status_code=202, headers=headers)
+
+
+@router.post(
+    "/direct",
+    status_code=202,
+    response_model=AcceptedResponse,
+    responses=ERRORS,  # type: ignore[arg-type]
+    dependencies=[JsonBody],
+)
+async def submit_direct(
+    body: DirectRequest,
+    caller: CallerDep,
+    uow: UowDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> ORJSONResponse:
+    """Accept a transaction to send as is. Answers 202 once the request is durable."""
+    key = service.check_idempotency_key(idempotency_key)
+    new = service.prepare_direct(body, runtime.settings)
+    return _accepted(await service.accept(uow.session, caller, new, key, uow.outbox))
+
+
+@router.post(
+    "/gasless",
+    status_code=202,
+    response_model=AcceptedResponse,
+    responses=ERRORS,  # type: ignore[arg-type]
+    dependencies=[JsonBody],
+)
+async def submit_gasless(
+    body: GaslessRequest,
+    caller: CallerDep,
+    uow: UowDep,
+    runtime: RuntimeDep,
+    idempotency_key: IdempotencyKey = None,
+) -> ORJSONResponse:
+    """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder."""
+    key = service.check_idempotency_key(idempotency_key)
+    new = service.prepare_gasless(body, runtime.settings)
+    return _accepted(await service.accept(uow.session, caller, new, key, uow.outbox))
+
+
+@router.get(
+    "/status/{transactionId}",
+    response_model=StatusResponse,
+    responses={401: ERRORS[401], 404: {"description": "Unknown id, or another client's"}},
+)
+async def get_status(
+    transaction_id: Annotated[uuid.UUID, Path(alias="transactionId")],
+    caller: CallerDep,
+    uow: UowDep,
+    cache: CacheDep,
+) -> ORJSONResponse:
+    """Status from Redis, else MySQL (which backfills Redis). ``X-Cache`` names the tier."""
+    entry, tier = await service.status(uow.session, cache, caller, str(transaction_id))
+    return ORJSONResponse(service.public(entry), headers={"X-Cache": tier})

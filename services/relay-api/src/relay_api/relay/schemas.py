@@ -1,0 +1,114 @@
+"""Request and response bodies of the relay endpoints.
+
+The shape checks live here (types, formats, uint256 bounds, unknown fields); checks that
+depend on configuration or the clock (gas ceiling, calldata size, deadlines, signatures) live
+in ``service.py`` and answer 400 naming the field.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from relay_core import ethereum
+from relay_core.statuses import TxStatus, TxType
+
+
+def _address(value: str) -> str:
+    return ethereum.check_address(value)
+
+
+def _hex(value: str) -> str:
+    # The configured ceiling is applied in the service; this bound only stops absurd input early.
+    return ethereum.check_hex_data(value, max_bytes=1 << 20)
+
+
+def _uint256(value: str) -> str:
+    ethereum.parse_uint(value)
+    return value
+
+
+def _signature(value: str) -> str:
+    value = ethereum.check_hex_data(value, max_bytes=65)
+    if len(value) != 132:
+        raise ValueError("must be a 65-byte hex signature (0x + 130 hex digits)")
+    return value
+
+
+Address = Annotated[StrictStr, AfterValidator(_address)]
+HexData = Annotated[StrictStr, AfterValidator(_hex)]
+Uint256 = Annotated[StrictStr, AfterValidator(_uint256)]
+Signature = Annotated[StrictStr, AfterValidator(_signature)]
+
+
+class Speed(StrEnum):
+    safe_low = "safeLow"
+    average = "average"
+    fast = "fast"
+    fastest = "fastest"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class DirectRequest(_Strict):
+    to: Address = Field(description="recipient, 0x + 40 hex; EIP-55 checked when mixed case")
+    data: HexData = Field("0x", description='calldata, even-length hex; "0x" for a transfer')
+    value: Uint256 = Field("0", description="wei as a decimal string")
+    gas_limit: Uint256 | None = Field(None, alias="gasLimit", description="decimal string")
+    speed: Speed = Speed.fast
+    valid_until: StrictStr | None = Field(
+        None, alias="validUntil", description="RFC 3339 time in the future"
+    )
+
+
+class ForwardRequestBody(_Strict):
+    from_: Address = Field(alias="from")
+    to: Address
+    value: Uint256 = "0"
+    gas: Uint256
+    nonce: Uint256
+    deadline: StrictInt = Field(ge=0, le=ethereum.UINT48_MAX, description="unix seconds (uint48)")
+    data: HexData = "0x"
+
+
+class GaslessRequest(_Strict):
+    request: ForwardRequestBody
+    signature: Signature = Field(description="EIP-712 signature of the ForwardRequest, 65 bytes")
+
+
+class AcceptedResponse(BaseModel):
+    transaction_id: str = Field(alias="transactionId")
+    status: TxStatus
+    created_at: str = Field(alias="createdAt")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class StatusResponse(BaseModel):
+    transaction_id: str = Field(alias="transactionId")
+    type: TxType
+    status: TxStatus
+    hash: str | None
+    error_message: str | None = Field(alias="errorMessage")
+    created_at: str = Field(alias="createdAt")
+    updated_at: str = Field(alias="updatedAt")
+    submitted_at: str | None = Field(alias="submittedAt")
+    confirmed_at: str | None = Field(alias="confirmedAt")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+def parse_rfc3339(value: str) -> datetime:
+    """Parse an RFC 3339 timestamp that carries an explicit offset."""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00").replace("z", "+00:00"))
+    except ValueError as exc:
+        raise ValueError("must be an RFC 3339 timestamp such as 2030-01-01T00:00:00Z") from exc
+    if parsed.tzinfo is None:
+        raise ValueError("must carry a UTC offset (for example a trailing Z)")
+    return parsed

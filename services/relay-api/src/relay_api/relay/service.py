@@ -1,0 +1,223 @@
+"""Accepting transactions and answering status.
+
+Accept: validate → one INSERT → commit (in the request's unit of work) → 202; the SQS message
+is handed to the publisher only after the commit. Idempotency and the gasless nonce-in-flight
+rule are enforced by unique indexes, so concurrent duplicates cannot both get in.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from relay_api import metrics
+from relay_api.auth.service import Caller
+from relay_api.relay import repository
+from relay_api.relay.schemas import DirectRequest, GaslessRequest, parse_rfc3339
+from relay_api.settings import ApiSettings
+from relay_core import ethereum, jsonutil
+from relay_core.cache import StatusCache
+from relay_core.db.models import Transaction, utcnow
+from relay_core.errors import BadRequest, Conflict, NotFound
+from relay_core.queue import TransactionMessage
+from relay_core.statuses import TxStatus, TxType, is_terminal
+from relay_core.views import rfc3339, status_entry
+
+log = logging.getLogger(__name__)
+
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    transaction_id: str
+    created_at: str
+    replayed: bool
+
+    def body(self) -> dict[str, str]:
+        return {
+            "transactionId": self.transaction_id,
+            "status": TxStatus.pending.value,
+            "createdAt": self.created_at,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class NewTransaction:
+    type: TxType
+    request: dict[str, Any]
+    valid_until: datetime | None
+    inflight_key: str | None = None
+
+
+def check_idempotency_key(key: str | None) -> str | None:
+    if key is None:
+        return None
+    if not _IDEMPOTENCY_KEY.match(key):
+        raise BadRequest("Idempotency-Key: must be 1-255 printable ASCII characters")
+    return key
+
+
+def _check_window(field: str, moment: datetime, settings: ApiSettings) -> datetime:
+    now = datetime.now(UTC)
+    if moment <= now:
+        raise BadRequest(f"{field}: must be in the future")
+    if moment > now + timedelta(seconds=settings.max_valid_for_s):
+        raise BadRequest(f"{field}: must be at most {settings.max_valid_for_s} s from now")
+    return moment.astimezone(UTC).replace(tzinfo=None)
+
+
+def _check_gas(field: str, value: str, settings: ApiSettings) -> int:
+    gas = int(value)
+    if gas < 21000 or gas > settings.max_gas_limit:
+        raise BadRequest(f"{field}: must be between 21000 and {settings.max_gas_limit}")
+    return gas
+
+
+def _check_data(field: str, value: str, settings: ApiSettings) -> None:
+    if (len(value) - 2) // 2 > settings.max_data_bytes:
+        raise BadRequest(f"{field}: must be at most {settings.max_data_bytes} bytes")
+
+
+def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction:
+    _check_data("data", body.data, settings)
+    if body.gas_limit is not None:
+        _check_gas("gasLimit", body.gas_limit, settings)
+    valid_until = None
+    if body.valid_until is not None:
+        try:
+            parsed = parse_rfc3339(body.valid_until)
+        except ValueError as exc:
+            raise BadRequest(f"validUntil: {exc}") from exc
+        valid_until = _check_window("validUntil", parsed, settings)
+    request = body.model_dump(by_alias=True, mode="json")
+    return NewTransaction(type=TxType.direct, request=request, valid_until=valid_until)
+
+
+def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransaction:
+    fwd = body.request
+    _check_data("request.data", fwd.data, settings)
+    _check_gas("request.gas", fwd.gas, settings)
+    deadline = _check_window(
+        "request.deadline", datetime.fromtimestamp(fwd.deadline, UTC), settings
+    )
+    forward = ethereum.ForwardRequest(
+        sender=fwd.from_,
+        to=fwd.to,
+        value=int(fwd.value),
+        gas=int(fwd.gas),
+        nonce=int(fwd.nonce),
+        deadline=fwd.deadline,
+        data=fwd.data,
+    )
+    domain = settings.forwarder_domain
+    try:
+        signer = ethereum.recover_forward_request_signer(domain, forward, body.signature)
+    except ValueError as exc:
+        raise BadRequest(f"signature: {exc}") from exc
+    if signer != fwd.from_:
+        raise BadRequest("signature: not signed by request.from under the forwarder's domain")
+    request = body.model_dump(by_alias=True, mode="json")
+    request["forwarder"] = domain.verifying_contract
+    request["chainId"] = domain.chain_id
+    return NewTransaction(
+        type=TxType.gasless,
+        request=request,
+        valid_until=deadline,
+        inflight_key=f"{fwd.from_.lower()}:{fwd.nonce}",
+    )
+
+
+async def accept(
+    session: AsyncSession,
+    caller: Caller,
+    new: NewTransaction,
+    idempotency_key: str | None,
+    outbox: list[TransactionMessage],
+) -> Accepted:
+    """Insert the row; the caller's unit of work commits and then publishes ``outbox``."""
+    fingerprint = jsonutil.fingerprint({"type": new.type.value, "request": new.request})
+    now = utcnow()
+    tx = Transaction(
+        client_id=caller.id,
+        type=new.type.value,
+        status=TxStatus.pending.value,
+        request=new.request,
+        idempotency_key=idempotency_key,
+        request_fingerprint=fingerprint,
+        inflight_key=new.inflight_key,
+        valid_until=new.valid_until,
+        created_at=now,
+        updated_at=now,
+    )
+    try:
+        await repository.add(session, tx)
+    except IntegrityError:
+        await session.rollback()
+        return await _resolve_duplicate(session, caller, new, idempotency_key, fingerprint)
+    outbox.append(TransactionMessage.new(tx.id, new.type))
+    metrics.ACCEPTED.labels(new.type.value).inc()
+    return Accepted(transaction_id=tx.id, created_at=rfc3339(now) or "", replayed=False)
+
+
+async def _resolve_duplicate(
+    session: AsyncSession,
+    caller: Caller,
+    new: NewTransaction,
+    idempotency_key: str | None,
+    fingerprint: str,
+) -> Accepted:
+    if idempotency_key is not None:
+        original = await repository.by_idempotency_key(session, caller.id, idempotency_key)
+        if original is not None:
+            if original.request_fingerprint != fingerprint:
+                raise Conflict(
+                    "Idempotency-Key was already used with a different request; use a new key"
+                )
+            metrics.REPLAYED.inc()
+            return Accepted(
+                transaction_id=original.id,
+                created_at=rfc3339(original.created_at) or "",
+                replayed=True,
+            )
+    if new.inflight_key is not None:
+        raise Conflict("request.nonce: a transaction with this from and nonce is already in flight")
+    raise Conflict("conflicting transaction")
+
+
+async def status(
+    session: AsyncSession, cache: StatusCache | None, caller: Caller, transaction_id: str
+) -> tuple[dict[str, Any], str]:
+    """The caller's view of a transaction and the tier that answered (``hit`` or ``miss``)."""
+    if cache is not None:
+        cached = await cache.get_quietly(transaction_id)
+        if cached is not None:
+            _, entry = cached
+            _check_owner(caller, entry["clientId"])
+            metrics.STATUS_READS.labels("hit").inc()
+            return entry, "hit"
+    tx = await repository.by_id(session, transaction_id)
+    if tx is None:
+        raise NotFound("no transaction with this id")
+    _check_owner(caller, tx.client_id)
+    entry = status_entry(tx)
+    if cache is not None:
+        await cache.put_quietly(tx.id, tx.version, entry, terminal=is_terminal(tx.status))
+    metrics.STATUS_READS.labels("miss").inc()
+    return entry, "miss"
+
+
+def _check_owner(caller: Caller, owner_id: str) -> None:
+    # Another client's transaction is indistinguishable from one that does not exist.
+    if owner_id != caller.id and not caller.is_admin:
+        raise NotFound("no transaction with this id")
+
+
+def public(entry: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in entry.items() if key != "clientId"}

@@ -1,0 +1,102 @@
+"""Long-lived clients of one API process, built in the lifespan and closed at shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from relay_api.auth.service import Authenticator, ensure_client_with_key
+from relay_api.outbox.publisher import Publisher
+from relay_api.outbox.queue import WorkQueue
+from relay_api.outbox.service import run_sweeper
+from relay_api.settings import ApiSettings
+from relay_core import cache as cache_mod
+from relay_core import queue as queue_mod
+from relay_core.db.engine import create_engine, create_sessionmaker
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: ApiSettings
+    engine: AsyncEngine
+    sessions: async_sessionmaker[AsyncSession]
+    queue: WorkQueue
+    publisher: Publisher
+    authenticator: Authenticator
+    cache: cache_mod.StatusCache | None
+    redis: Any = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+
+
+@contextlib.asynccontextmanager
+async def open_runtime(settings: ApiSettings, *, background: bool = True) -> AsyncIterator[Runtime]:
+    engine = create_engine(settings)
+    sessions = create_sessionmaker(engine)
+    async with contextlib.AsyncExitStack() as stack:
+        stack.push_async_callback(engine.dispose)
+        sqs = await stack.enter_async_context(
+            queue_mod.session().client(
+                "sqs",
+                config=queue_mod.client_config(settings, timeout_s=settings.sqs_send_timeout_s),
+                **queue_mod.sqs_client_kwargs(settings),
+            )
+        )
+        work_queue = WorkQueue(sqs, settings.queue_name, settings.sqs_send_timeout_s)
+        redis = None
+        status_cache = None
+        if settings.redis_url:
+            redis = cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
+            stack.push_async_callback(redis.aclose)
+            status_cache = cache_mod.StatusCache(
+                redis,
+                settings.redis_prefix,
+                terminal_ttl_s=settings.status_cache_terminal_ttl_s,
+                active_ttl_s=settings.status_cache_active_ttl_s,
+            )
+        publisher = Publisher(work_queue, sessions)
+        runtime = Runtime(
+            settings=settings,
+            engine=engine,
+            sessions=sessions,
+            queue=work_queue,
+            publisher=publisher,
+            authenticator=Authenticator(sessions, settings.auth_cache_ttl_s),
+            cache=status_cache,
+            redis=redis,
+        )
+        if settings.dev_api_key is not None:
+            async with sessions() as session, session.begin():
+                await ensure_client_with_key(
+                    session, "dev", settings.dev_api_key.get_secret_value()
+                )
+        if background:
+            publisher.start()
+            stack.push_async_callback(publisher.stop)
+            if settings.sweeper_enabled:
+                task = asyncio.create_task(
+                    run_sweeper(
+                        sessions,
+                        work_queue,
+                        interval_s=settings.outbox_sweep_interval_s,
+                        grace_s=settings.outbox_sweep_grace_s,
+                        batch=settings.outbox_sweep_batch,
+                    ),
+                    name="outbox-sweeper",
+                )
+                runtime.tasks.append(task)
+                stack.push_async_callback(_cancel, task)
+        yield runtime
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task

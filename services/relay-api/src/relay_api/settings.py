@@ -1,0 +1,63 @@
+"""relay-api settings: env prefix ``RELAY_``, infrastructure locations unprefixed."""
+
+from __future__ import annotations
+
+from pydantic import Field, SecretStr, model_validator
+
+from relay_core.ethereum import ForwarderDomain, check_address
+from relay_core.settings import InfraSettings, env
+
+
+class ApiSettings(InfraSettings):
+    host: str = Field("127.0.0.1", description="bind address of the HTTP server")
+    port: int = Field(8000, ge=0, le=65535, validation_alias=env("PORT", "RELAY_PORT"))
+    log_level: str = "INFO"
+
+    max_body_bytes: int = Field(65536, ge=1024, description="requests above this get 413")
+    max_data_bytes: int = Field(24576, ge=0, description="largest calldata accepted (bytes)")
+    max_gas_limit: int = Field(30_000_000, ge=21000, description="upper bound for gasLimit / gas")
+    max_valid_for_s: int = Field(
+        7 * 24 * 3600, ge=60, description="validUntil/deadline may be at most this far ahead"
+    )
+
+    forwarder_name: str = Field("ERC2771Forwarder", description="EIP-712 domain name")
+    forwarder_version: str = Field("1", description="EIP-712 domain version")
+    chain_id: int = Field(31337, ge=1, description="EIP-712 domain chainId")
+    forwarder_address: str = Field(
+        "0x5FbDB2315678afecb367f032d93F642f64180aa3",
+        description="ERC2771Forwarder contract (EIP-712 verifyingContract)",
+    )
+
+    auth_cache_ttl_s: float = Field(
+        5.0, ge=0, description="how long a verified key is trusted before it is re-read"
+    )
+    status_cache_terminal_ttl_s: int = Field(600, ge=1)
+    status_cache_active_ttl_s: int = Field(10, ge=1)
+
+    sqs_send_timeout_s: float = Field(2.0, gt=0)
+    outbox_sweep_interval_s: float = Field(5.0, gt=0)
+    outbox_sweep_grace_s: float = Field(
+        10.0, ge=0, description="a row is swept only when its direct send had this long to land"
+    )
+    outbox_sweep_batch: int = Field(100, ge=1, le=1000)
+    sweeper_enabled: bool = True
+
+    dev_api_key: SecretStr | None = Field(
+        None, validation_alias="RELAY_DEV_API_KEY", description="seed a client with this key (dev)"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ApiSettings:
+        self.forwarder_address = check_address(self.forwarder_address)
+        if self.dev_api_key is not None and not self.is_dev:
+            raise ValueError("RELAY_DEV_API_KEY is for development only (set RELAY_ENV=dev)")
+        return self
+
+    @property
+    def forwarder_domain(self) -> ForwarderDomain:
+        return ForwarderDomain(
+            name=self.forwarder_name,
+            version=self.forwarder_version,
+            chain_id=self.chain_id,
+            verifying_contract=self.forwarder_address,
+        )
