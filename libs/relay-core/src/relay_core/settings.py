@@ -54,34 +54,50 @@ class InfraSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="RELAY_", extra="ignore", populate_by_name=True)
 
     environment: Environment = Field(
-        Environment.production, validation_alias=env("RELAY_ENV", "RELAY_ENVIRONMENT")
+        Environment.production,
+        validation_alias=env("RELAY_ENV", "RELAY_ENVIRONMENT"),
+        description="dev | test | production; dev-only conveniences are refused in production",
     )
     database_url: str = Field(
         "sqlite:///./relay.db",
         validation_alias=env("DATABASE_URL", "RELAY_DATABASE_URL"),
         description="SQLAlchemy URL: mysql://user:pass@host:3306/relay or sqlite:///path.db",
     )
-    database_pool_size: int = Field(10, ge=1, le=200)
-    database_connect_timeout_s: float = Field(3.0, gt=0)
+    database_pool_size: int = Field(10, ge=1, le=200, description="connections kept per process")
+    database_connect_timeout_s: float = Field(
+        3.0, gt=0, description="connect / pool checkout timeout; past it requests get 503"
+    )
     redis_url: str | None = Field(
         None,
         validation_alias=env("REDIS_URL", "RELAY_REDIS_URL"),
         description="redis://host:6379/0; unset disables the cache tier",
     )
     redis_prefix: str = Field("relay:", description="prefix for every Redis key Relay writes")
-    redis_timeout_s: float = Field(0.25, gt=0)
+    redis_timeout_s: float = Field(
+        0.25, gt=0, description="per-command timeout; on failure Redis is skipped for 1 s"
+    )
 
-    aws_region: str = Field("us-east-1", validation_alias=env("AWS_REGION", "AWS_DEFAULT_REGION"))
+    aws_region: str = Field(
+        "us-east-1",
+        validation_alias=env("AWS_REGION", "AWS_DEFAULT_REGION"),
+        description="SQS region",
+    )
     aws_endpoint_url: str | None = Field(
         None,
         validation_alias=env("AWS_ENDPOINT_URL", "RELAY_AWS_ENDPOINT_URL"),
         description="SQS endpoint override (LocalStack, ministack, moto); unset uses AWS",
     )
-    queue_name: str = "relay-transactions"
-    dlq_name: str = "relay-transactions-dlq"
-    queue_max_receive_count: int = Field(3, ge=1, le=1000)
-    queue_visibility_timeout_s: int = Field(60, ge=0, le=43200)
-    queue_retention_s: int = Field(4 * 24 * 3600, ge=60, le=1209600)
+    queue_name: str = Field("relay-transactions", description="work queue name")
+    dlq_name: str = Field("relay-transactions-dlq", description="dead-letter queue name")
+    queue_max_receive_count: int = Field(
+        3, ge=1, le=1000, description="receives before SQS moves a message to the DLQ"
+    )
+    queue_visibility_timeout_s: int = Field(
+        60, ge=0, le=43200, description="queue visibility timeout (set by `relay queues create`)"
+    )
+    queue_retention_s: int = Field(
+        4 * 24 * 3600, ge=60, le=1209600, description="message retention of the work queue"
+    )
 
     @field_validator("database_url")
     @classmethod

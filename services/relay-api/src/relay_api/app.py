@@ -6,12 +6,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
-from fastapi.responses import ORJSONResponse
 
 from relay_api import errors
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit
 from relay_api.relay.endpoints import router as relay_router
+from relay_api.responses import Json
 from relay_api.runtime import open_runtime
 from relay_api.settings import ApiSettings
 
@@ -30,7 +30,7 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
         version="0.1.0",
         summary="Asynchronous EVM transaction relay: submit, get 202, track to confirmation.",
         lifespan=lifespan,
-        default_response_class=ORJSONResponse,
+        default_response_class=Json,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     errors.install(app)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Sequence
 
@@ -112,6 +113,10 @@ def serve(settings: ApiSettings) -> None:
     from relay_api.app import create_app
 
     configure_logging(settings.log_level)
+    # uvicorn drains on SIGTERM/SIGINT and then re-raises the signal against the handlers it
+    # found at start. Ignoring it there turns a completed graceful shutdown into exit code 0.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: None)
     uvicorn.run(
         create_app(settings),
         host=settings.host,

@@ -7,18 +7,18 @@ from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import ORJSONResponse
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from relay_api.responses import Json
 from relay_core.errors import RelayError
 
 log = logging.getLogger(__name__)
 
 
-def error_response(status: int, code: str, detail: str, **extra: Any) -> ORJSONResponse:
-    return ORJSONResponse({"error": code, "detail": detail, **extra}, status_code=status)
+def error_response(status: int, code: str, detail: str, **extra: Any) -> Json:
+    return Json({"error": code, "detail": detail, **extra}, status_code=status)
 
 
 def _field(loc: tuple[Any, ...]) -> str:
@@ -36,7 +36,7 @@ def _validation_message(error: dict[str, Any]) -> str:
     return message.removeprefix("Value error, ")
 
 
-async def _on_validation(_: Request, exc: RequestValidationError) -> ORJSONResponse:
+async def _on_validation(_: Request, exc: RequestValidationError) -> Json:
     errors = exc.errors()
     if any(error.get("type") == "json_invalid" for error in errors):
         return error_response(400, "malformed_json", "request body is not valid JSON")
@@ -48,18 +48,18 @@ async def _on_validation(_: Request, exc: RequestValidationError) -> ORJSONRespo
     return error_response(422, "validation_error", detail, fields=fields)
 
 
-async def _on_relay_error(_: Request, exc: RelayError) -> ORJSONResponse:
+async def _on_relay_error(_: Request, exc: RelayError) -> Json:
     return error_response(exc.status_code, exc.code, exc.detail)
 
 
-async def _on_http(_: Request, exc: StarletteHTTPException) -> ORJSONResponse:
+async def _on_http(_: Request, exc: StarletteHTTPException) -> Json:
     codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
     return error_response(
         exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)
     )
 
 
-async def _on_database(request: Request, exc: Exception) -> ORJSONResponse:
+async def _on_database(request: Request, exc: Exception) -> Json:
     if isinstance(exc, IntegrityError):
         return error_response(409, "conflict", "the request conflicts with an existing record")
     log.error(
@@ -69,7 +69,7 @@ async def _on_database(request: Request, exc: Exception) -> ORJSONResponse:
     return error_response(503, "service_unavailable", "the database is unavailable; retry later")
 
 
-async def _on_unexpected(request: Request, exc: Exception) -> ORJSONResponse:
+async def _on_unexpected(request: Request, exc: Exception) -> Json:
     if isinstance(exc, OSError | TimeoutError):
         return await _on_database(request, exc)
     log.exception("api.unhandled_error", extra={"path": request.url.path})

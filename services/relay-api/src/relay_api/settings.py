@@ -10,8 +10,10 @@ from relay_core.settings import InfraSettings, env
 
 class ApiSettings(InfraSettings):
     host: str = Field("127.0.0.1", description="bind address of the HTTP server")
-    port: int = Field(8000, ge=0, le=65535, validation_alias=env("PORT", "RELAY_PORT"))
-    log_level: str = "INFO"
+    port: int = Field(
+        8000, ge=0, le=65535, validation_alias=env("PORT", "RELAY_PORT"), description="HTTP port"
+    )
+    log_level: str = Field("INFO", description="DEBUG | INFO | WARNING | ERROR")
 
     max_body_bytes: int = Field(65536, ge=1024, description="requests above this get 413")
     max_data_bytes: int = Field(24576, ge=0, description="largest calldata accepted (bytes)")
@@ -31,16 +33,20 @@ class ApiSettings(InfraSettings):
     auth_cache_ttl_s: float = Field(
         5.0, ge=0, description="how long a verified key is trusted before it is re-read"
     )
-    status_cache_terminal_ttl_s: int = Field(600, ge=1)
-    status_cache_active_ttl_s: int = Field(10, ge=1)
+    status_cache_terminal_ttl_s: int = Field(
+        600, ge=1, description="Redis TTL of a final status (confirmed, failed, ...)"
+    )
+    status_cache_active_ttl_s: int = Field(10, ge=1, description="Redis TTL of a non-final status")
 
-    sqs_send_timeout_s: float = Field(2.0, gt=0)
-    outbox_sweep_interval_s: float = Field(5.0, gt=0)
+    sqs_send_timeout_s: float = Field(2.0, gt=0, description="timeout of one SQS send call")
+    outbox_sweep_interval_s: float = Field(
+        5.0, gt=0, description="how often the sweeper looks for rows that never reached SQS"
+    )
     outbox_sweep_grace_s: float = Field(
         10.0, ge=0, description="a row is swept only when its direct send had this long to land"
     )
-    outbox_sweep_batch: int = Field(100, ge=1, le=1000)
-    sweeper_enabled: bool = True
+    outbox_sweep_batch: int = Field(100, ge=1, le=1000, description="rows per sweeper pass")
+    sweeper_enabled: bool = Field(True, description="run the sweeper inside the API process")
 
     dev_api_key: SecretStr | None = Field(
         None, validation_alias="RELAY_DEV_API_KEY", description="seed a client with this key (dev)"

@@ -6,11 +6,12 @@ import asyncio
 from typing import Any
 
 from fastapi import APIRouter
-from fastapi.responses import ORJSONResponse, PlainTextResponse
+from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from sqlalchemy import text
 
 from relay_api.deps import RuntimeDep
+from relay_api.responses import Json
 
 router = APIRouter(tags=["health"])
 
@@ -31,7 +32,7 @@ async def _check(name: str, probe: Any, timeout_s: float) -> tuple[str, str]:
 
 
 @router.get("/ready")
-async def ready(runtime: RuntimeDep) -> ORJSONResponse:
+async def ready(runtime: RuntimeDep) -> Json:
     """Readiness: the database, SQS and (when configured) Redis all answer."""
 
     async def database() -> None:
@@ -43,7 +44,7 @@ async def ready(runtime: RuntimeDep) -> ORJSONResponse:
         probes.append(_check("redis", runtime.redis.ping(), 1.0))
     components = dict(await asyncio.gather(*probes))
     ok = all(state == "ok" for state in components.values())
-    return ORJSONResponse(
+    return Json(
         {"status": "ready" if ok else "unavailable", "components": components},
         status_code=200 if ok else 503,
     )

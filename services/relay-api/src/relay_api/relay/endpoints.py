@@ -6,11 +6,11 @@ import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path
-from fastapi.responses import ORJSONResponse
 
 from relay_api.deps import CacheDep, CallerDep, JsonBody, RuntimeDep, UowDep
 from relay_api.relay import service
 from relay_api.relay.schemas import AcceptedResponse, DirectRequest, GaslessRequest, StatusResponse
+from relay_api.responses import Json
 
 router = APIRouter(prefix="/api/v1/relay", tags=["relay"])
 
@@ -33,11 +33,11 @@ ERRORS = {
 }
 
 
-def _accepted(result: service.Accepted) -> ORJSONResponse:
+def _accepted(result: service.Accepted) -> Json:
     headers = {"Location": f"/api/v1/relay/status/{result.transaction_id}"}
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
-    return ORJSONResponse(result.body(), status_code=202, headers=headers)
+    return Json(result.body(), status_code=202, headers=headers)
 
 
 @router.post(
@@ -53,7 +53,7 @@ async def submit_direct(
     uow: UowDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
-) -> ORJSONResponse:
+) -> Json:
     """Accept a transaction to send as is. Answers 202 once the request is durable."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
@@ -73,7 +73,7 @@ async def submit_gasless(
     uow: UowDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
-) -> ORJSONResponse:
+) -> Json:
     """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_gasless(body, runtime.settings)
@@ -90,7 +90,7 @@ async def get_status(
     caller: CallerDep,
     uow: UowDep,
     cache: CacheDep,
-) -> ORJSONResponse:
+) -> Json:
     """Status from Redis, else MySQL (which backfills Redis). ``X-Cache`` names the tier."""
     entry, tier = await service.status(uow.session, cache, caller, str(transaction_id))
-    return ORJSONResponse(service.public(entry), headers={"X-Cache": tier})
+    return Json(service.public(entry), headers={"X-Cache": tier})

@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+
+from relay_core.cache import StatusCache, connect
+
+
+@pytest.fixture
+async def cache() -> AsyncIterator[StatusCache]:
+    redis = connect("redis://127.0.0.1:6379/0", 1.0)
+    yield StatusCache(redis, f"relaytest:{uuid.uuid4().hex[:8]}:", active_ttl_s=30)
+    await redis.aclose()
+
+
+async def test_an_older_version_never_replaces_a_newer_entry(cache: StatusCache) -> None:
+    tx = str(uuid.uuid4())
+    assert await cache.put(tx, 2, {"status": "submitted"}, terminal=False)
+    assert not await cache.put(tx, 1, {"status": "pending"}, terminal=False)
+    assert not await cache.put(tx, 2, {"status": "pending"}, terminal=False)
+    assert await cache.get(tx) == (2, {"status": "submitted"})
+    assert await cache.put(tx, 3, {"status": "mined"}, terminal=True)
+    assert await cache.get(tx) == (3, {"status": "mined"})
+
+
+async def test_terminal_entries_live_longer_than_active_ones(cache: StatusCache) -> None:
+    tx_active, tx_done = str(uuid.uuid4()), str(uuid.uuid4())
+    await cache.put(tx_active, 1, {}, terminal=False)
+    await cache.put(tx_done, 1, {}, terminal=True)
+    redis = cache._redis
+    assert 0 < await redis.ttl(cache.key(tx_active)) <= 30
+    assert 30 < await redis.ttl(cache.key(tx_done)) <= 600
+
+
+async def test_unreachable_redis_is_a_quiet_miss_and_is_skipped_for_a_moment() -> None:
+    redis = connect("redis://127.0.0.1:1/0", 0.2)
+    cache = StatusCache(redis, "x:")
+    assert await cache.get_quietly("a") is None
+    assert not await cache.put_quietly("a", 1, {}, terminal=False)
+    assert cache.errors == 1  # the second call was skipped, not retried
+    await redis.aclose()
