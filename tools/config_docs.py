@@ -13,12 +13,18 @@ from typing import Any
 from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
+from queue_consumer.settings import ConsumerSettings
 from relay_api.settings import ApiSettings
+from relayer_stub.settings import StubSettings
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = ROOT / "docs" / "configuration.md"
 
-SERVICES: list[tuple[str, type[BaseSettings]]] = [("relay-api (and the `relay` CLI)", ApiSettings)]
+SERVICES: list[tuple[str, type[BaseSettings]]] = [
+    ("relay-api (and the `relay` CLI)", ApiSettings),
+    ("queue-consumer", ConsumerSettings),
+    ("relayer-stub (development executor)", StubSettings),
+]
 
 HEADER = """# Configuration
 
@@ -44,6 +50,8 @@ def _env_names(name: str, field: Any, prefix: str) -> list[str]:
 def _default(field: Any) -> str:
     if field.is_required():
         return "**required**"
+    if field.default_factory is not None:
+        return "(computed)"
     value = field.default
     if value is None:
         return "unset"

@@ -1,9 +1,13 @@
 """``make run``: the whole system on one machine with embedded defaults.
 
 One process tree: a local SQS server on a free loopback port (queue, DLQ and redrive created),
-SQLite under ``.relay/`` (kept between runs), Redis only when ``REDIS_URL`` is set, and the API
-on 127.0.0.1:$PORT (default 8000). Ctrl-C stops the children in order and waits for them.
-Every setting can be overridden from the environment.
+SQLite under ``.relay/`` (kept between runs), Redis only when ``REDIS_URL`` is set, the
+relayer-stub (executor) on a free port, one queue-consumer, and the API on 127.0.0.1:$PORT
+(default 8000). Ctrl-C stops the children in order (API first, consumer draining its in-flight
+work, then the executor and SQS) and waits for them. Every setting can be overridden from the
+environment.
+
+The processes are started as commands, not imported: services never import each other.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from pathlib import Path
 
 from relay_core import apikeys, localsqs
 
+# Longest a child may take to stop after SIGTERM; the consumer drains in-flight work first.
 GRACE_S = 30.0
 
 
@@ -92,6 +97,27 @@ def run() -> int:
 
         asyncio.run(_queues_create(settings))
 
+        executor_url = os.environ.get("RELAY_EXECUTOR_URL")
+        if not executor_url:
+            stub_port = localsqs.free_port()
+            os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / "relayer-stub.sqlite3"))
+            stub = subprocess.Popen(
+                [sys.executable, "-m", "relayer_stub.main"],
+                env={**os.environ, "STUB_PORT": str(stub_port)},
+                start_new_session=True,
+            )
+            children.append(stub)
+            executor_url = f"http://127.0.0.1:{stub_port}"
+            _wait_http(f"{executor_url}/api/v1/health", stub)
+            os.environ["RELAY_EXECUTOR_URL"] = executor_url
+        os.environ.setdefault(
+            "RELAY_CONSUMER_HEARTBEAT_FILE", str(state_dir / "queue-consumer.heartbeat")
+        )
+        consumer = subprocess.Popen(
+            [sys.executable, "-m", "queue_consumer.main"], start_new_session=True
+        )
+        children.append(consumer)
+
         api = subprocess.Popen(
             [sys.executable, "-m", "relay_api.cli", "serve"], start_new_session=True
         )
@@ -103,6 +129,7 @@ def run() -> int:
         _say("Relay is running (Ctrl-C stops everything)")
         _say(f"  API        {base}   docs {base}/docs")
         _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({sqs.kind if sqs else 'external'})")
+        _say(f"  executor   {executor_url}  (relayer-stub unless RELAY_EXECUTOR_URL is set)")
         _say(f"  database   {settings.database_url}")
         _say(f"  redis      {settings.redis_url or 'off (set REDIS_URL to enable the cache tier)'}")
         _say(f"  dev key    {key}")

@@ -1,0 +1,195 @@
+"""Client for the executor: the OpenZeppelin Relayer v1.x HTTP API (or relayer-stub).
+
+Errors are classified by what they prove about the executor's state, which is what the
+consumer's exactly-once logic needs:
+
+* ``certain_not_created``: the executor certainly has no record (connection refused, 429,
+  4xx validation error); a retry cannot double-submit.
+* otherwise the outcome is *in doubt* (timeout, 5xx, connection dropped mid-request): the
+  executor may have created the transaction, so it must be looked up before any resubmit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import httpx
+
+
+class ErrorKind(StrEnum):
+    timeout = "timeout"
+    connection = "connection"
+    server_error = "server_error"
+    rate_limited = "rate_limited"
+    rejected = "rejected"  # 400/422: the executor refuses this transaction; retrying cannot help
+    refused = "refused"  # 401/403/other 4xx: our credentials or the relayer's state, not the tx
+    not_found = "not_found"
+
+
+class ExecutorError(Exception):
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after_s: float | None = None,
+        certain_not_created: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.kind = kind
+        self.message = message
+        self.status = status
+        self.retry_after_s = retry_after_s
+        self.certain_not_created = certain_not_created
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.message}" + (f" (HTTP {self.status})" if self.status else "")
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorTx:
+    id: str
+    status: str
+    hash: str | None
+    to: str | None
+    data: str | None
+    value: int | None
+    created_at: datetime | None
+    status_reason: str | None
+    raw: dict[str, Any]
+
+    @classmethod
+    def from_api(cls, data: dict[str, Any]) -> ExecutorTx:
+        return cls(
+            id=str(data["id"]),
+            status=str(data.get("status", "")).lower(),
+            hash=data.get("hash"),
+            to=data.get("to"),
+            data=data.get("data"),
+            value=_parse_value(data.get("value")),
+            created_at=_parse_time(data.get("created_at")),
+            status_reason=data.get("status_reason"),
+            raw=data,
+        )
+
+
+def _parse_value(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, int):
+        return value
+    text = str(value)
+    return int(text, 16) if text.lower().startswith("0x") else int(text)
+
+
+def _parse_time(value: Any) -> datetime | None:
+    if not value:
+        return None
+    parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if parsed.tzinfo is not None:  # naive UTC, like every timestamp in the database
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed
+
+
+class ExecutorClient:
+    """One pooled HTTP client per process; built at start-up, closed at shutdown."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        relayer_id: str,
+        *,
+        timeout_s: float = 10.0,
+        max_connections: int = 100,
+    ) -> None:
+        self._relayer_id = relayer_id
+        self._http = httpx.AsyncClient(
+            base_url=base_url.rstrip("/"),
+            headers={"Authorization": f"Bearer {api_key}"},
+            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0)),
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
+        )
+
+    @property
+    def _base(self) -> str:
+        return f"/api/v1/relayers/{self._relayer_id}/transactions"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        try:
+            response = await self._http.request(method, path, **kwargs)
+        except httpx.ConnectError as exc:
+            raise ExecutorError(
+                ErrorKind.connection, "executor refused the connection", certain_not_created=True
+            ) from exc
+        except httpx.TimeoutException as exc:
+            # A connect timeout never reached the server; a read timeout may have.
+            certain = isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
+            raise ExecutorError(
+                ErrorKind.timeout, "executor did not answer in time", certain_not_created=certain
+            ) from exc
+        except httpx.HTTPError as exc:
+            raise ExecutorError(ErrorKind.connection, f"{type(exc).__name__}") from exc
+        return self._envelope(response)
+
+    @staticmethod
+    def _envelope(response: httpx.Response) -> dict[str, Any]:
+        try:
+            body = response.json()
+        except ValueError:
+            body = {}
+        message = ""
+        if isinstance(body, dict):
+            message = str(body.get("error") or body.get("message") or "")
+        message = message or response.text[:200] or response.reason_phrase
+        status = response.status_code
+        if status == 429:
+            after = body.get("after") if isinstance(body, dict) else None
+            after = after or response.headers.get("x-ratelimit-after")
+            raise ExecutorError(
+                ErrorKind.rate_limited,
+                message,
+                status=status,
+                retry_after_s=float(after) if after is not None else None,
+                certain_not_created=True,
+            )
+        if status == 404:
+            raise ExecutorError(
+                ErrorKind.not_found, message, status=status, certain_not_created=True
+            )
+        if status in (400, 422):
+            raise ExecutorError(
+                ErrorKind.rejected, message, status=status, certain_not_created=True
+            )
+        if 400 <= status < 500:
+            # 401 (wrong key), 403 (relayer paused or disabled), ...: an operator must act;
+            # the transaction itself may be fine, so it is retried, never failed for this.
+            raise ExecutorError(ErrorKind.refused, message, status=status, certain_not_created=True)
+        if status >= 500:
+            raise ExecutorError(ErrorKind.server_error, message, status=status)
+        if not isinstance(body, dict) or not body.get("success"):
+            raise ExecutorError(
+                ErrorKind.server_error, f"unexpected answer: {message}", status=status
+            )
+        return body
+
+    async def submit(self, payload: dict[str, Any]) -> ExecutorTx:
+        body = await self._call("POST", self._base, json=payload)
+        return ExecutorTx.from_api(body["data"])
+
+    async def get(self, executor_tx_id: str) -> ExecutorTx:
+        body = await self._call("GET", f"{self._base}/{executor_tx_id}")
+        return ExecutorTx.from_api(body["data"])
+
+    async def list_page(self, page: int, per_page: int = 50) -> list[ExecutorTx]:
+        body = await self._call("GET", self._base, params={"page": page, "per_page": per_page})
+        return [ExecutorTx.from_api(item) for item in body.get("data") or []]

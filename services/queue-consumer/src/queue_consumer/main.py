@@ -1,0 +1,162 @@
+"""Entry point: ``queue-consumer`` runs the consumer; ``queue-consumer --check`` is the
+container health probe (exit 0 when the process touched its heartbeat file recently)."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from queue_consumer.settings import ConsumerSettings
+from queue_consumer.transactions.service import TransactionProcessor
+from queue_consumer.worker import Consumer
+from relay_core import cache as cache_mod
+from relay_core import queue as queue_mod
+from relay_core.db.engine import create_engine, create_sessionmaker
+from relay_core.executor import ExecutorClient
+from relay_core.logs import configure_logging
+
+log = logging.getLogger("queue_consumer")
+
+
+async def _queue_urls(sqs: Any, settings: ConsumerSettings, stop: asyncio.Event) -> tuple[str, str]:
+    """SQS may come up after us: keep asking until the queues exist."""
+    while True:
+        try:
+            queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
+            dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
+            return str(queue_url), str(dlq_url)
+        except Exception as exc:
+            log.warning("consumer.queue_unavailable", extra={"error": str(exc)})
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 2.0)
+            if stop.is_set():
+                raise SystemExit(0) from exc
+
+
+@contextlib.asynccontextmanager
+async def _health_server(consumer: Consumer, port: int) -> AsyncIterator[None]:
+    if not port:
+        yield
+        return
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+            healthy = not consumer.stopping.is_set()
+            body = b'{"status":"ok"}' if healthy else b'{"status":"stopping"}'
+            status = b"200 OK" if healthy else b"503 Service Unavailable"
+            writer.write(
+                b"HTTP/1.1 "
+                + status
+                + b"\r\ncontent-type: application/json\r\ncontent-length: "
+                + str(len(body)).encode()
+                + b"\r\nconnection: close\r\n\r\n"
+                + body
+            )
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, "127.0.0.1", port)
+    try:
+        yield
+    finally:
+        server.close()
+        await server.wait_closed()
+
+
+@contextlib.asynccontextmanager
+async def open_consumer(
+    settings: ConsumerSettings, stop: asyncio.Event | None = None
+) -> AsyncIterator[Consumer]:
+    """Build the consumer and everything it talks to; close it all on exit."""
+    stop = stop or asyncio.Event()
+    engine = create_engine(settings)
+    executor = ExecutorClient(
+        settings.executor_url,
+        settings.executor_api_key.get_secret_value(),
+        settings.executor_relayer_id,
+        timeout_s=settings.executor_timeout_s,
+        max_connections=settings.consumer_concurrency,
+    )
+    redis = None
+    cache = None
+    if settings.redis_url:
+        redis = cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
+        cache = cache_mod.StatusCache(
+            redis,
+            settings.redis_prefix,
+            terminal_ttl_s=settings.status_cache_terminal_ttl_s,
+            active_ttl_s=settings.status_cache_active_ttl_s,
+        )
+    try:
+        async with queue_mod.session().client(
+            "sqs",
+            config=queue_mod.client_config(settings, timeout_s=5.0),
+            **queue_mod.sqs_client_kwargs(settings),
+        ) as sqs:
+            queue_url, dlq_url = await _queue_urls(sqs, settings, stop)
+            processor = TransactionProcessor(settings, create_sessionmaker(engine), executor, cache)
+            consumer = Consumer(settings, sqs, queue_url, dlq_url, processor)
+            consumer.stopping = stop
+            yield consumer
+    finally:
+        await executor.aclose()
+        if redis is not None:
+            await redis.aclose()
+        await engine.dispose()
+
+
+async def run(settings: ConsumerSettings) -> dict[str, Any]:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    async with open_consumer(settings, stop) as consumer:
+        log.info(
+            "consumer.started",
+            extra={
+                "consumer": settings.consumer_id,
+                "queue": consumer.queue_url,
+                "concurrency": settings.consumer_concurrency,
+                "pollers": settings.consumer_pollers,
+            },
+        )
+        async with _health_server(consumer, settings.consumer_health_port):
+            return await consumer.run()
+
+
+def check(settings: ConsumerSettings, max_age_s: float = 30.0) -> int:
+    path = Path(settings.consumer_heartbeat_file)
+    try:
+        age = time.time() - path.stat().st_mtime
+    except OSError:
+        sys.stderr.write(f"no heartbeat file at {path}\n")
+        return 1
+    if age > max_age_s:
+        sys.stderr.write(f"heartbeat is {age:.0f}s old\n")
+        return 1
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="queue-consumer", description="Relay SQS consumer")
+    parser.add_argument("--check", action="store_true", help="health probe: exit 0 if alive")
+    args = parser.parse_args(argv)
+    settings = ConsumerSettings()
+    if args.check:
+        return check(settings)
+    configure_logging(settings.log_level)
+    asyncio.run(run(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,87 @@
+"""queue-consumer settings (env prefix ``RELAY_``; consumer knobs are ``RELAY_CONSUMER_*``)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field, SecretStr, model_validator
+
+from relay_core.settings import InfraSettings, env, reject_placeholder_secrets
+
+# The relayer-stub's development key, so `make run` works without configuration.
+DEV_EXECUTOR_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
+
+
+class ConsumerSettings(InfraSettings):
+    executor_url: str = Field(
+        "http://127.0.0.1:8080",
+        validation_alias=env("RELAY_EXECUTOR_URL", "EXECUTOR_URL"),
+        description="OpenZeppelin Relayer (or relayer-stub) base URL",
+    )
+    executor_api_key: SecretStr = Field(
+        SecretStr(DEV_EXECUTOR_KEY),
+        validation_alias=env("RELAY_EXECUTOR_API_KEY", "EXECUTOR_API_KEY"),
+        description="Bearer key of the executor; must be set in production",
+    )
+    executor_relayer_id: str = Field("relayer-1", description="the executor's relayer id")
+    executor_timeout_s: float = Field(10.0, gt=0, description="timeout of one executor call")
+    executor_handler_timeout_s: float = Field(
+        30.0,
+        gt=0,
+        description="longest the executor may still act on a request we gave up on "
+        "(OZ Relayer's REQUEST_TIMEOUT_SECONDS); in-doubt submits are settled after it",
+    )
+    executor_retention_s: float = Field(
+        4 * 3600,
+        gt=0,
+        description="how long the executor keeps final records (OZ: TRANSACTION_EXPIRATION_HOURS)",
+    )
+    forwarder_gas_overhead: int = Field(
+        60_000, ge=0, description="gas added to a gasless request's gas for the forwarder"
+    )
+
+    consumer_id: str = Field(
+        default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
+        description="claim owner written on rows this process works on",
+    )
+    consumer_pollers: int = Field(4, ge=1, le=64, description="concurrent ReceiveMessage loops")
+    consumer_concurrency: int = Field(
+        256,
+        ge=1,
+        le=4096,
+        description="messages in flight per process (256 ≈ 1,280 msg/s at 200 ms per call)",
+    )
+    consumer_wait_time_s: int = Field(20, ge=0, le=20, description="long-poll wait")
+    consumer_message_timeout_s: float = Field(
+        45.0, gt=0, description="budget for one message; past it the attempt is abandoned"
+    )
+    consumer_backoff_base_s: float = Field(2.0, gt=0, description="first retry delay")
+    consumer_backoff_cap_s: float = Field(300.0, gt=0, description="longest retry delay")
+    consumer_grace_s: float = Field(
+        110.0, ge=0, description="on SIGTERM, how long in-flight work may finish (ECS gives 120)"
+    )
+    consumer_reaper_interval_s: float = Field(
+        30.0, gt=0, description="how often stale claims are checked"
+    )
+    consumer_stale_claim_s: float = Field(
+        900.0, gt=0, description="a processing claim untouched this long is returned to pending"
+    )
+    consumer_health_port: int = Field(
+        0, ge=0, le=65535, description="serve GET /health on 127.0.0.1:PORT (0 = off)"
+    )
+    consumer_heartbeat_file: str = Field(
+        "/tmp/queue-consumer.heartbeat",  # noqa: S108
+        description="touched every few seconds; `queue-consumer --check` reads it",
+    )
+    status_cache_terminal_ttl_s: int = Field(600, ge=1, description="Redis TTL, final status")
+    status_cache_active_ttl_s: int = Field(10, ge=1, description="Redis TTL, other statuses")
+    log_level: str = Field("INFO", description="DEBUG | INFO | WARNING | ERROR")
+
+    @model_validator(mode="after")
+    def _production_secrets(self) -> ConsumerSettings:
+        if not self.is_dev:
+            reject_placeholder_secrets(self, "executor_api_key")
+            if self.executor_api_key.get_secret_value() == DEV_EXECUTOR_KEY:
+                raise ValueError("RELAY_EXECUTOR_API_KEY must be set in production")
+        return self

@@ -1,0 +1,73 @@
+"""SQL for the consumer's transactions."""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from relay_core.db.models import Transaction
+from relay_core.statuses import TxStatus
+
+
+async def load(session: AsyncSession, transaction_id: str) -> Transaction | None:
+    tx = await session.get(Transaction, transaction_id)
+    if tx is not None:
+        session.expunge(tx)  # a snapshot: changes go through compare-and-set updates only
+    return tx
+
+
+async def executor_ids_taken(
+    session: AsyncSession, executor_ids: Collection[str], except_id: str
+) -> set[str]:
+    """Which of these executor transactions are already recorded against another row."""
+    if not executor_ids:
+        return set()
+    rows = await session.execute(
+        select(Transaction.executor_tx_id).where(
+            Transaction.executor_tx_id.in_(list(executor_ids)), Transaction.id != except_id
+        )
+    )
+    return {str(row[0]) for row in rows}
+
+
+async def touch_claim(
+    session: AsyncSession, transaction_id: str, owner: str, now: datetime
+) -> None:
+    await session.execute(
+        update(Transaction)
+        .where(
+            Transaction.id == transaction_id,
+            Transaction.claimed_by == owner,
+            Transaction.status == TxStatus.processing.value,
+        )
+        .values(claimed_at=now)
+    )
+
+
+async def release_claim(session: AsyncSession, transaction_id: str, owner: str) -> None:
+    await session.execute(
+        update(Transaction)
+        .where(Transaction.id == transaction_id, Transaction.claimed_by == owner)
+        .values(claimed_by=None)
+    )
+
+
+async def stale_claims(
+    session: AsyncSession, older_than: datetime, limit: int
+) -> list[Transaction]:
+    rows = await session.execute(
+        select(Transaction)
+        .where(
+            Transaction.status == TxStatus.processing.value,
+            Transaction.claimed_at < older_than,
+        )
+        .order_by(Transaction.claimed_at)
+        .limit(limit)
+    )
+    txs = list(rows.scalars())
+    for tx in txs:
+        session.expunge(tx)
+    return txs

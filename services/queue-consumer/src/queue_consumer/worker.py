@@ -1,0 +1,345 @@
+"""The SQS side: pollers, a cap on work in flight, per-message timeouts, visibility
+heartbeats, batched deletes, the reaper, and a graceful drain on SIGTERM."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from queue_consumer.retry import Action, Failure, Policy, plan_retry
+from queue_consumer.settings import ConsumerSettings
+from queue_consumer.transactions.service import Outcome, TransactionProcessor
+from relay_core.queue import PoisonMessage, TransactionMessage
+
+log = logging.getLogger(__name__)
+
+
+class Capacity:
+    """How many messages may be in flight; pollers ask for room before receiving."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._changed = asyncio.Condition()
+
+    async def reserve(self, most: int) -> int:
+        async with self._changed:
+            await self._changed.wait_for(lambda: self.in_flight < self.limit)
+            room = min(most, self.limit - self.in_flight)
+            self.in_flight += room
+            return room
+
+    async def release(self, count: int = 1) -> None:
+        async with self._changed:
+            self.in_flight -= count
+            self._changed.notify_all()
+
+
+@dataclass
+class Stats:
+    counts: Counter[str] = field(default_factory=Counter)
+    started: float = field(default_factory=time.monotonic)
+
+    def summary(self) -> dict[str, Any]:
+        return {"uptime_s": round(time.monotonic() - self.started, 1), **dict(self.counts)}
+
+
+class Deleter:
+    """Collects receipt handles and deletes them with DeleteMessageBatch (10 per call)."""
+
+    def __init__(self, sqs: Any, queue_url: str) -> None:
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._pending: asyncio.Queue[str] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, receipt_handle: str) -> None:
+        self._pending.put_nowait(receipt_handle)
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="sqs-deleter")
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._pending.get()]
+            await asyncio.sleep(0.005)  # let a few more finish so one call deletes them all
+            while len(batch) < 10 and not self._pending.empty():
+                batch.append(self._pending.get_nowait())
+            try:
+                await self._flush(batch)
+            finally:
+                for _ in batch:
+                    self._pending.task_done()
+
+    async def _flush(self, batch: list[str]) -> None:
+        entries = [{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(batch)]
+        try:
+            response = await self._sqs.delete_message_batch(
+                QueueUrl=self._queue_url, Entries=entries
+            )
+            failed = response.get("Failed", [])
+        except Exception as exc:
+            failed = entries
+            log.warning("consumer.delete_failed", extra={"count": len(batch), "error": str(exc)})
+        if failed:
+            # The message will come back; the row already says it is done, so it is dropped then.
+            log.warning("consumer.delete_incomplete", extra={"count": len(failed)})
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._pending.join(), timeout_s)
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+
+class Consumer:
+    def __init__(
+        self,
+        settings: ConsumerSettings,
+        sqs: Any,
+        queue_url: str,
+        dlq_url: str,
+        processor: TransactionProcessor,
+    ) -> None:
+        self.settings = settings
+        self.sqs = sqs
+        self.queue_url = queue_url
+        self.dlq_url = dlq_url
+        self.processor = processor
+        self.capacity = Capacity(settings.consumer_concurrency)
+        self.deleter = Deleter(sqs, queue_url)
+        self.policy = Policy(
+            max_receive_count=settings.queue_max_receive_count,
+            base_s=settings.consumer_backoff_base_s,
+            cap_s=settings.consumer_backoff_cap_s,
+        )
+        self.stats = Stats()
+        self.stopping = asyncio.Event()
+        self._work: set[asyncio.Task[None]] = set()
+        self._visibility = settings.queue_visibility_timeout_s
+        self.last_poll = time.monotonic()
+
+    # --- lifecycle --------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        """Consume until ``stopping`` is set, then drain. Returns the summary."""
+        self.deleter.start()
+        pollers = [
+            asyncio.create_task(self._poll(i), name=f"poller-{i}")
+            for i in range(self.settings.consumer_pollers)
+        ]
+        housekeeping = [
+            asyncio.create_task(self._reaper(), name="reaper"),
+            asyncio.create_task(self._heartbeat_file(), name="heartbeat-file"),
+        ]
+        await self.stopping.wait()
+        log.info("consumer.stopping", extra={"in_flight": len(self._work)})
+        for task in pollers + housekeeping:
+            task.cancel()
+        await asyncio.gather(*pollers, *housekeeping, return_exceptions=True)
+        abandoned = await self._drain(self.settings.consumer_grace_s)
+        await self.deleter.stop()
+        summary = self.stats.summary() | {"abandoned": abandoned}
+        log.info("consumer.stopped", extra=summary)
+        return summary
+
+    async def _drain(self, grace_s: float) -> int:
+        if not self._work:
+            return 0
+        _, pending = await asyncio.wait(set(self._work), timeout=grace_s)
+        for task in pending:  # their messages reappear after the visibility timeout
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+        return len(pending)
+
+    # --- polling ----------------------------------------------------------------------------
+
+    async def _poll(self, index: int) -> None:
+        while not self.stopping.is_set():
+            room = await self.capacity.reserve(10)
+            try:
+                response = await self.sqs.receive_message(
+                    QueueUrl=self.queue_url,
+                    MaxNumberOfMessages=room,
+                    WaitTimeSeconds=self.settings.consumer_wait_time_s,
+                    AttributeNames=["ApproximateReceiveCount"],
+                    MessageAttributeNames=["All"],
+                )
+            except asyncio.CancelledError:
+                await self.capacity.release(room)
+                raise
+            except Exception as exc:
+                await self.capacity.release(room)
+                log.warning("consumer.receive_failed", extra={"poller": index, "error": str(exc)})
+                await asyncio.sleep(1.0)
+                continue
+            self.last_poll = time.monotonic()
+            messages = response.get("Messages", [])
+            if len(messages) < room:
+                await self.capacity.release(room - len(messages))
+            for message in messages:
+                task = asyncio.create_task(self._handle(message))
+                self._work.add(task)
+                task.add_done_callback(self._work.discard)
+
+    # --- one message ------------------------------------------------------------------------
+
+    async def _handle(self, message: dict[str, Any]) -> None:
+        started = time.monotonic()
+        receive_count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
+        context: dict[str, Any] = {"messageId": message.get("MessageId")}
+        heartbeat: asyncio.Task[None] | None = None
+        outcome: Outcome
+        try:
+            self.stats.counts["received"] += 1
+            try:
+                parsed = TransactionMessage.parse(message.get("Body", ""))
+            except PoisonMessage as exc:
+                outcome = Outcome(Failure.poison, str(exc), action="poison")
+            else:
+                context["transactionId"] = parsed.transaction_id
+                heartbeat = asyncio.create_task(self._keep_invisible(message, parsed))
+                outcome = await self._attempt(parsed, receive_count)
+            await self._apply(message, parsed_id(context), outcome, receive_count, context, started)
+        except asyncio.CancelledError:
+            # Shutdown past the grace period: leave the message to reappear.
+            self.stats.counts["abandoned"] += 1
+            raise
+        except Exception:
+            self.stats.counts["errors"] += 1
+            log.exception("consumer.message.error", extra=context)
+        finally:
+            if heartbeat is not None:
+                heartbeat.cancel()
+            await self.capacity.release()
+
+    async def _attempt(self, parsed: TransactionMessage, receive_count: int) -> Outcome:
+        last = receive_count >= self.policy.max_receive_count
+        try:
+            return await asyncio.wait_for(
+                self.processor.process(parsed.transaction_id, last_receive=last),
+                self.settings.consumer_message_timeout_s,
+            )
+        except TimeoutError:
+            with contextlib.suppress(Exception):
+                await self.processor.release_claim(parsed.transaction_id)
+            return Outcome(Failure.transient, "message timed out", action="timeout")
+        except Exception as exc:  # database unavailable and the like
+            return Outcome(
+                Failure.transient, f"{type(exc).__name__}: {str(exc)[:200]}", action="error"
+            )
+
+    async def _apply(
+        self,
+        message: dict[str, Any],
+        transaction_id: str | None,
+        outcome: Outcome,
+        receive_count: int,
+        context: dict[str, Any],
+        started: float,
+    ) -> None:
+        plan = plan_retry(
+            outcome.failure, receive_count, self.policy, retry_after_s=outcome.retry_after_s
+        )
+        handle = message["ReceiptHandle"]
+        if plan.action is Action.delete:
+            self.deleter.add(handle)
+        elif plan.action is Action.backoff:
+            await self._set_visibility(handle, plan.delay_s)
+        elif plan.action is Action.dead_letter:
+            await self._dead_letter(message, outcome, receive_count)
+        else:  # give_up: the row records why; SQS's redrive moves the message on next receive
+            if transaction_id is not None:
+                await self.processor.fail_after_last_receive(transaction_id, outcome.reason)
+            await self._set_visibility(handle, 0)
+        self.stats.counts[plan.action.value] += 1
+        self.stats.counts[outcome.action] += 1
+        level = logging.INFO if outcome.failure is None else logging.WARNING
+        log.log(
+            level,
+            "consumer.message.handled",
+            extra={
+                **context,
+                "action": outcome.action,
+                "plan": plan.action.value,
+                "delay_s": plan.delay_s or None,
+                "receiveCount": receive_count,
+                "duration_ms": round((time.monotonic() - started) * 1000, 1),
+                "error": outcome.reason or None,
+            },
+        )
+
+    async def _set_visibility(self, handle: str, seconds: int) -> None:
+        try:
+            await self.sqs.change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=handle, VisibilityTimeout=seconds
+            )
+        except Exception as exc:
+            log.warning("consumer.visibility_failed", extra={"error": str(exc)})
+
+    async def _dead_letter(self, message: dict[str, Any], outcome: Outcome, count: int) -> None:
+        attributes = dict(message.get("MessageAttributes") or {})
+        attributes.update(
+            {
+                "deadLetterReason": {
+                    "DataType": "String",
+                    "StringValue": outcome.reason[:1000] or "-",
+                },
+                "deadLetterKind": {
+                    "DataType": "String",
+                    "StringValue": str(outcome.failure.value if outcome.failure else "unknown"),
+                },
+                "receiveCount": {"DataType": "Number", "StringValue": str(count)},
+                "sourceMessageId": {
+                    "DataType": "String",
+                    "StringValue": str(message.get("MessageId")),
+                },
+            }
+        )
+        await self.sqs.send_message(
+            QueueUrl=self.dlq_url,
+            MessageBody=message.get("Body") or "<empty>",
+            MessageAttributes=attributes,
+        )
+        self.deleter.add(message["ReceiptHandle"])
+
+    async def _keep_invisible(self, message: dict[str, Any], parsed: TransactionMessage) -> None:
+        """Work that outlives half the visibility timeout extends it (and the claim)."""
+        interval = max(self._visibility / 2, 1)
+        while True:
+            await asyncio.sleep(interval)
+            await self._set_visibility(message["ReceiptHandle"], self._visibility)
+            with contextlib.suppress(Exception):
+                await self.processor.touch_claim(parsed.transaction_id)
+            self.stats.counts["heartbeats"] += 1
+
+    # --- housekeeping -----------------------------------------------------------------------
+
+    async def _reaper(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.consumer_reaper_interval_s)
+            try:
+                reaped = await self.processor.reap_stale_claims()
+                self.stats.counts["reaped"] += reaped
+            except Exception as exc:
+                log.warning("consumer.reaper.failed", extra={"error": str(exc)})
+
+    async def _heartbeat_file(self) -> None:
+        path = Path(self.settings.consumer_heartbeat_file)
+        while True:
+            with contextlib.suppress(OSError):
+                await asyncio.to_thread(path.write_text, f"{time.time():.0f}\n")
+            await asyncio.sleep(5)
+
+
+def parsed_id(context: dict[str, Any]) -> str | None:
+    value = context.get("transactionId")
+    return str(value) if value is not None else None

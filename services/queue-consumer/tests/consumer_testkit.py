@@ -1,0 +1,190 @@
+"""Helpers for the consumer tests: seed rows and messages directly (bypassing the API),
+drive the relayer-stub's admin API, and wait for conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from datetime import timedelta
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, insert, select, text
+from sqlalchemy.engine import make_url
+
+from relay_core import jsonutil
+from relay_core.db.models import ApiClient, Transaction, TransactionEvent, utcnow
+from relay_core.queue import TransactionMessage, send_batch
+
+DEAD = "0x000000000000000000000000000000000000dEaD"
+STUB_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
+
+
+def sync_engine(database_url: str) -> Any:
+    return create_engine(make_url(database_url).set(drivername="mysql+pymysql"))
+
+
+def seed_rows(
+    database_url: str,
+    count: int,
+    *,
+    tx_type: str = "direct",
+    request: Callable[[int], dict[str, Any]] | None = None,
+    valid_until_in_s: float | None = None,
+) -> list[str]:
+    """Insert ``count`` pending transactions, each with distinct calldata (its index)."""
+    engine = sync_engine(database_url)
+    client_id = str(uuid.uuid4())
+    now = utcnow()
+    ids = [str(uuid.uuid4()) for _ in range(count)]
+    build = request or (lambda i: {"to": DEAD, "data": f"0x{i:08x}", "value": "0", "speed": "fast"})
+    rows = [
+        {
+            "id": tx_id,
+            "client_id": client_id,
+            "type": tx_type,
+            "status": "pending",
+            "version": 1,
+            "request": build(i),
+            "request_fingerprint": uuid.uuid4().hex,
+            "attempts": 0,
+            "valid_until": (now + timedelta(seconds=valid_until_in_s))
+            if valid_until_in_s is not None
+            else None,
+            "enqueued_at": now,
+            "created_at": now,
+            "updated_at": now,
+        }
+        for i, tx_id in enumerate(ids)
+    ]
+    with engine.begin() as conn:
+        conn.execute(
+            insert(ApiClient).values(
+                id=client_id,
+                name="seed",
+                role="client",
+                key_hash=uuid.uuid4().hex * 2,
+                key_prefix="seed",
+                created_at=now,
+            )
+        )
+        for start in range(0, len(rows), 500):
+            conn.execute(insert(Transaction), rows[start : start + 500])
+    engine.dispose()
+    return ids
+
+
+async def send_messages(sqs: Any, queue_url: str, ids: list[str], tx_type: str = "direct") -> None:
+    messages = [TransactionMessage.new(tx_id, tx_type) for tx_id in ids]
+    for start in range(0, len(messages), 10):
+        sent = await send_batch(sqs, queue_url, messages[start : start + 10])
+        assert len(sent) == len(messages[start : start + 10])
+
+
+def rows(database_url: str) -> list[dict[str, Any]]:
+    engine = sync_engine(database_url)
+    with engine.connect() as conn:
+        result = [dict(r._mapping) for r in conn.execute(select(Transaction))]
+    engine.dispose()
+    return result
+
+
+def events(database_url: str, transaction_id: str | None = None) -> list[dict[str, Any]]:
+    engine = sync_engine(database_url)
+    stmt = select(TransactionEvent).order_by(TransactionEvent.id)
+    if transaction_id:
+        stmt = stmt.where(TransactionEvent.transaction_id == transaction_id)
+    with engine.connect() as conn:
+        result = [dict(r._mapping) for r in conn.execute(stmt)]
+    engine.dispose()
+    return result
+
+
+def status_counts(database_url: str) -> dict[str, int]:
+    engine = sync_engine(database_url)
+    with engine.connect() as conn:
+        result = {
+            row[0]: row[1]
+            for row in conn.execute(
+                text("SELECT status, COUNT(*) FROM transactions GROUP BY status")
+            )
+        }
+    engine.dispose()
+    return result
+
+
+async def wait_until(
+    condition: Callable[[], Awaitable[bool] | bool], timeout_s: float, what: str
+) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        result = condition()
+        if not isinstance(result, bool):
+            result = await result
+        if result:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+        await asyncio.sleep(0.2)
+
+
+async def queue_depth(sqs: Any, queue_url: str) -> int:
+    attributes = (
+        await sqs.get_queue_attributes(
+            QueueUrl=queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )
+    )["Attributes"]
+    return sum(int(value) for value in attributes.values())
+
+
+class Stub:
+    """The relayer-stub's admin API."""
+
+    def __init__(self, base_url: str) -> None:
+        self.base_url = base_url
+        self.http = httpx.Client(base_url=base_url, timeout=10)
+
+    def reset(self) -> None:
+        self.http.post("/__admin/reset").raise_for_status()
+        self.faults()
+        self.lifecycle(paused=True)
+
+    def faults(self, **config: Any) -> None:
+        self.http.put("/__admin/faults", json=config).raise_for_status()
+
+    def lifecycle(self, **config: Any) -> None:
+        self.http.put("/__admin/lifecycle", json=config).raise_for_status()
+
+    def ledger(self, **filters: Any) -> tuple[int, list[dict[str, Any]]]:
+        body = self.http.get("/__admin/ledger", params={"limit": 100_000, **filters}).json()
+        return int(body["count"]), list(body["entries"])
+
+    def ledger_count(self) -> int:
+        return self.ledger()[0]
+
+
+def body_of(message: dict[str, Any]) -> dict[str, Any]:
+    return dict(jsonutil.loads(message["Body"]))
+
+
+def process_env(values: dict[str, Any]) -> dict[str, str]:
+    """The same settings as environment variables for a consumer process."""
+    names = {
+        "database_url": "DATABASE_URL",
+        "aws_endpoint_url": "AWS_ENDPOINT_URL",
+        "redis_url": "REDIS_URL",
+        "executor_url": "RELAY_EXECUTOR_URL",
+        "environment": "RELAY_ENV",
+    }
+    env = dict(os.environ)
+    for key, value in values.items():
+        env[names.get(key, f"RELAY_{key.upper()}")] = str(value)
+    return env

@@ -1,0 +1,1 @@
+"""relayer-stub: an OpenZeppelin Relayer v1.x compatible executor for dev and tests."""

@@ -1,0 +1,1 @@
+"""Test-control endpoints under ``/__admin``."""

@@ -1,0 +1,1 @@
+"""The timer that walks every transaction from pending to a final status."""

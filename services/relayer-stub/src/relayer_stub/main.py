@@ -1,0 +1,49 @@
+"""``relayer-stub``: run the stub (uvicorn, one worker). SIGTERM and Ctrl-C stop it cleanly:
+in-flight requests get ``STUB_GRACEFUL_SHUTDOWN_S``, then the ledger is flushed and closed."""
+
+from __future__ import annotations
+
+import signal
+import sys
+from types import FrameType
+
+from pydantic import ValidationError
+
+from relay_core.logs import configure_logging
+from relayer_stub.settings import StubSettings
+
+
+def _stopped_by(sig: int, _: FrameType | None) -> None:
+    """After a graceful stop uvicorn re-raises the signal it caught; with this handler in place
+    that is a no-op, so a SIGTERM or Ctrl-C ends the process with status 0."""
+
+
+def main() -> int:
+    try:
+        settings = StubSettings()
+    except ValidationError as exc:
+        sys.stderr.write(f"relayer-stub: invalid settings\n{exc}\n")
+        return 2
+    configure_logging(settings.log_level)
+
+    import uvicorn
+
+    from relayer_stub.app import create_app
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _stopped_by)
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        workers=1,
+        log_config=None,
+        access_log=False,
+        backlog=4096,
+        timeout_graceful_shutdown=settings.graceful_shutdown_s,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""relayer-stub settings: env prefix ``STUB_``; nested models take JSON or ``__`` paths
+(``STUB_FAULTS='{"error_rate":0.2}'`` or ``STUB_FAULTS__ERROR_RATE=0.2``)."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from relayer_stub.faults.schemas import FaultConfig
+from relayer_stub.lifecycle.schemas import LifecycleConfig
+from relayer_stub.webhooks.schemas import WebhookConfig, check_signing_key, check_url
+
+MIN_API_KEY_CHARS = 32  # upstream panics at start-up below this
+# A well-known key so `uv run relayer-stub` works out of the box; refused on a non-loopback bind.
+DEV_API_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
+DEFAULT_RELAYER_ADDRESS = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+
+
+def derived_address(relayer_id: str) -> str:
+    """A stable (lower-case) address for a relayer other than the first one."""
+    return "0x" + hashlib.sha256(relayer_id.encode()).hexdigest()[:40]
+
+
+class StubSettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STUB_", env_nested_delimiter="__", extra="ignore")
+
+    host: str = Field("127.0.0.1", description="bind address; loopback unless set")
+    port: int = Field(8080, ge=0, le=65535, description="HTTP port")
+    log_level: str = Field("INFO", description="DEBUG | INFO | WARNING | ERROR")
+    graceful_shutdown_s: int = Field(5, ge=0, description="in-flight requests get this long (s)")
+
+    api_key: SecretStr = Field(SecretStr(DEV_API_KEY), description="Bearer key, >= 32 chars")
+    admin_token: SecretStr | None = Field(
+        None, description="when set, /__admin needs Authorization: Bearer <admin_token>"
+    )
+
+    relayer_ids: Annotated[list[str], NoDecode] = Field(
+        default_factory=lambda: ["relayer-1"], description="comma-separated relayer ids"
+    )
+    relayer_address: str = Field(
+        DEFAULT_RELAYER_ADDRESS, description="`from` of the first relayer; others are derived"
+    )
+    base_gas_price_wei: int = Field(1_000_000_000, ge=0, description="gas price of `safeLow`")
+
+    ledger_path: str = Field(
+        ".relay/relayer-stub.sqlite3", description="SQLite file (WAL); ':memory:' for none"
+    )
+    retention_s: float = Field(
+        4 * 3600.0, ge=0, description="final transactions are deleted this long after"
+    )
+    persist_interval_s: float = Field(
+        0.5, gt=0, description="status changes are written to the ledger this often (batched)"
+    )
+    maintenance_interval_s: float = Field(
+        0.25, gt=0, description="how often retention and expiry of held transactions run"
+    )
+
+    lifecycle: LifecycleConfig = Field(
+        default_factory=LifecycleConfig,
+        description="JSON, same as PUT /__admin/lifecycle (services/relayer-stub/README.md)",
+    )
+    faults: FaultConfig = Field(
+        default_factory=FaultConfig,
+        description="JSON, same as PUT /__admin/faults (services/relayer-stub/README.md)",
+    )
+
+    webhook_url: str | None = Field(None, description="where status webhooks go; unset = off")
+    webhook_signing_key: SecretStr | None = Field(
+        None, description="HMAC-SHA256 key for X-Signature (>= 32 chars)"
+    )
+    webhook_retries: int = Field(5, ge=0, description="retries after the first attempt")
+    webhook_backoff_min_s: float = Field(2.0, ge=0, description="shortest retry delay")
+    webhook_backoff_max_s: float = Field(8.0, ge=0, description="longest retry delay")
+    webhook_timeout_s: float = Field(10.0, gt=0, description="timeout of one delivery")
+    webhook_concurrency: int = Field(16, ge=1, le=1024, description="deliveries in flight")
+    webhook_queue_max: int = Field(100_000, ge=1, description="undelivered webhooks kept")
+
+    @field_validator("relayer_ids", mode="before")
+    @classmethod
+    def _split_ids(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("webhook_url")
+    @classmethod
+    def _url(cls, value: str | None) -> str | None:
+        return check_url(value)
+
+    @field_validator("webhook_signing_key")
+    @classmethod
+    def _key(cls, value: SecretStr | None) -> SecretStr | None:
+        return check_signing_key(value)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> StubSettings:
+        key = self.api_key.get_secret_value()
+        if len(key) < MIN_API_KEY_CHARS or " " in key:
+            raise ValueError(f"STUB_API_KEY must be at least {MIN_API_KEY_CHARS} chars, no spaces")
+        if key == DEV_API_KEY and not _is_loopback(self.host):
+            raise ValueError("set STUB_API_KEY before binding relayer-stub to a non-loopback host")
+        if not self.relayer_ids:
+            raise ValueError("STUB_RELAYER_IDS must name at least one relayer")
+        if len(set(self.relayer_ids)) != len(self.relayer_ids):
+            raise ValueError("STUB_RELAYER_IDS has duplicates")
+        # Format only: an EIP-55 check would need keccak (eth_account), a second of start-up.
+        if not _ADDRESS.match(self.relayer_address):
+            raise ValueError("STUB_RELAYER_ADDRESS must be 0x followed by 40 hex digits")
+        if self.webhook_backoff_max_s < self.webhook_backoff_min_s:
+            raise ValueError("STUB_WEBHOOK_BACKOFF_MAX_S must be >= STUB_WEBHOOK_BACKOFF_MIN_S")
+        return self
+
+    @property
+    def relayers(self) -> dict[str, str]:
+        """relayer id -> its `from` address."""
+        first, *others = self.relayer_ids
+        return {first: self.relayer_address} | {rid: derived_address(rid) for rid in others}
+
+    @property
+    def webhook(self) -> WebhookConfig:
+        return WebhookConfig(url=self.webhook_url, signing_key=self.webhook_signing_key)

@@ -1,0 +1,1 @@
+"""Send, get, list and cancel: the OZ Relayer transaction API."""

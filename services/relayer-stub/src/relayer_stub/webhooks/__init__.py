@@ -1,0 +1,1 @@
+"""Signed ``transaction_update`` notifications, delivered in the background with retries."""
