@@ -6,6 +6,7 @@ own SQS queue names and its own Redis key prefix, so tests never see each other'
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -19,6 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.db.models import Base
+from relay_core.testing import Stub, start_stub
 
 SERVER_URL = make_url(os.environ.get("TEST_DATABASE_URL", "mysql://root@127.0.0.1:3306"))
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -52,6 +54,11 @@ def drop_database(name: str) -> None:
     conn = _server_connection()
     try:
         with conn.cursor() as cursor:
+            # A connection a test leaked (or a killed process left) would block the DROP.
+            cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s", (name,))
+            for (connection_id,) in cursor.fetchall():
+                with contextlib.suppress(pymysql.err.OperationalError):  # already gone
+                    cursor.execute(f"KILL {int(connection_id)}")
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
     finally:
         conn.close()
@@ -107,3 +114,19 @@ async def sqs(sqs_server: localsqs.LocalSqs) -> AsyncIterator[Any]:
         aws_secret_access_key="test",
     ) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def stub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
+    """One relayer-stub process for the session; ``stub`` resets it for each test."""
+    server = start_stub(tmp_path_factory.mktemp("stub"))
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def stub(stub_server: Stub) -> Stub:
+    stub_server.reset()
+    return stub_server

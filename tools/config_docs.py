@@ -14,6 +14,7 @@ from pydantic import AliasChoices
 from pydantic_settings import BaseSettings
 
 from queue_consumer.settings import ConsumerSettings
+from relay_api.devserver import DevSettings
 from relay_api.settings import ApiSettings
 from relayer_stub.settings import StubSettings
 
@@ -24,6 +25,7 @@ SERVICES: list[tuple[str, type[BaseSettings]]] = [
     ("relay-api (and the `relay` CLI)", ApiSettings),
     ("queue-consumer", ConsumerSettings),
     ("relayer-stub (development executor)", StubSettings),
+    ("`make run` / `relay dev` (local development only)", DevSettings),
 ]
 
 HEADER = """# Configuration
@@ -33,8 +35,11 @@ names (`DATABASE_URL`, `REDIS_URL`, `AWS_ENDPOINT_URL`, `PORT`); everything else
 with `RELAY_`. This file is generated from the settings classes by `tools/config_docs.py`, and
 a test fails when it is out of date.
 
-`make run` sets `RELAY_ENV=dev`, `DATABASE_URL=sqlite:///.relay/relay.db` and starts a local
-SQS server for `AWS_ENDPOINT_URL` unless you set them.
+`make run` sets `RELAY_ENV=dev`, `DATABASE_URL=sqlite:///.relay/relay.db`,
+`RELAY_CONSUMER_GRACE_S=20` and starts a local SQS server for `AWS_ENDPOINT_URL` and the
+relayer-stub for `RELAY_EXECUTOR_URL` unless you set them. `docker-compose.yml` and the ECS
+template (`infra/cloudformation/relay.yaml`) set these same variables; see docs/local.md and
+docs/deploy.md.
 """
 
 

@@ -2,59 +2,19 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from consumer_testkit import Stub, process_env
+from consumer_testkit import process_env
 
 from queue_consumer.settings import ConsumerSettings
 from relay_core import queue as queue_mod
-from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
-
-
-@pytest.fixture(scope="session")
-def stub_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stub]:
-    port = free_port()
-    ledger = tmp_path_factory.mktemp("stub") / "ledger.sqlite3"
-    env = {
-        **os.environ,
-        "STUB_PORT": str(port),
-        "STUB_LEDGER_PATH": str(ledger),
-        "STUB_LOG_LEVEL": "WARNING",
-    }
-    process = subprocess.Popen(
-        [sys.executable, "-m", "relayer_stub.main"], env=env, stdout=subprocess.DEVNULL
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            if httpx.get(f"{base}/api/v1/health", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert process.poll() is None, "relayer-stub exited while starting"
-        assert time.monotonic() < deadline, "relayer-stub did not start"
-        time.sleep(0.1)
-    try:
-        yield Stub(base)
-    finally:
-        process.terminate()
-        process.wait(20)
-
-
-@pytest.fixture
-def stub(stub_server: Stub) -> Stub:
-    stub_server.reset()
-    return stub_server
+from relay_core.testing import Stub
 
 
 @pytest.fixture

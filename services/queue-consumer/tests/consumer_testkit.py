@@ -11,16 +11,17 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-import httpx
 from sqlalchemy import create_engine, insert, select, text
 from sqlalchemy.engine import make_url
 
 from relay_core import jsonutil
 from relay_core.db.models import ApiClient, Transaction, TransactionEvent, utcnow
 from relay_core.queue import TransactionMessage, send_batch
+from relay_core.testing import Stub
+
+__all__ = ["Stub"]
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
-STUB_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
 
 
 def sync_engine(database_url: str) -> Any:
@@ -143,32 +144,6 @@ async def queue_depth(sqs: Any, queue_url: str) -> int:
         )
     )["Attributes"]
     return sum(int(value) for value in attributes.values())
-
-
-class Stub:
-    """The relayer-stub's admin API."""
-
-    def __init__(self, base_url: str) -> None:
-        self.base_url = base_url
-        self.http = httpx.Client(base_url=base_url, timeout=10)
-
-    def reset(self) -> None:
-        self.http.post("/__admin/reset").raise_for_status()
-        self.faults()
-        self.lifecycle(paused=True)
-
-    def faults(self, **config: Any) -> None:
-        self.http.put("/__admin/faults", json=config).raise_for_status()
-
-    def lifecycle(self, **config: Any) -> None:
-        self.http.put("/__admin/lifecycle", json=config).raise_for_status()
-
-    def ledger(self, **filters: Any) -> tuple[int, list[dict[str, Any]]]:
-        body = self.http.get("/__admin/ledger", params={"limit": 100_000, **filters}).json()
-        return int(body["count"]), list(body["entries"])
-
-    def ledger_count(self) -> int:
-        return self.ledger()[0]
 
 
 def body_of(message: dict[str, Any]) -> dict[str, Any]:

@@ -47,8 +47,6 @@ async def test_one_thousand_transactions_through_two_consumer_processes(
     _exactly_once(stub, database_url, 1000)
     await wait_until(lambda: _depth_zero(sqs, queues[0]), 30, "work queue empty")
     assert await queue_depth(sqs, queues[1]) == 0
-    claimed_by = {r["attempts"] for r in rows(database_url)}
-    assert claimed_by == {1}
 
 
 async def _depth_zero(sqs: Any, url: str) -> bool:

@@ -9,11 +9,12 @@ deployment sets them once for every service.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+# The relayer-stub's development key, so `make run` works without configuration.
+DEV_EXECUTOR_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
 PLACEHOLDER_SECRETS = frozenset(
     {"", "changeme", "change-me", "secret", "dev", "test", "placeholder"}
 )
@@ -65,7 +66,10 @@ class InfraSettings(BaseSettings):
     )
     database_pool_size: int = Field(10, ge=1, le=200, description="connections kept per process")
     database_connect_timeout_s: float = Field(
-        3.0, gt=0, description="connect / pool checkout timeout; past it requests get 503"
+        3.0, gt=0, description="connect timeout; an unreachable database answers 503 after it"
+    )
+    database_pool_timeout_s: float = Field(
+        10.0, gt=0, description="how long work waits for a free pooled connection"
     )
     redis_url: str | None = Field(
         None,
@@ -99,6 +103,26 @@ class InfraSettings(BaseSettings):
         4 * 24 * 3600, ge=60, le=1209600, description="message retention of the work queue"
     )
 
+    executor_url: str = Field(
+        "http://127.0.0.1:8080",
+        validation_alias=env("RELAY_EXECUTOR_URL", "EXECUTOR_URL"),
+        description="OpenZeppelin Relayer (or relayer-stub) base URL",
+    )
+    executor_api_key: SecretStr = Field(
+        SecretStr(DEV_EXECUTOR_KEY),
+        validation_alias=env("RELAY_EXECUTOR_API_KEY", "EXECUTOR_API_KEY"),
+        description="Bearer key of the executor; must be set in production",
+    )
+    executor_relayer_id: str = Field("relayer-1", description="the executor's relayer id")
+    executor_timeout_s: float = Field(10.0, gt=0, description="timeout of one executor call")
+
+    def check_production_secrets(self) -> None:
+        """Called by the long-running services at start (not by one-off CLI commands)."""
+        if self.is_dev:
+            return
+        if self.executor_api_key.get_secret_value() in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS):
+            raise SystemExit("RELAY_EXECUTOR_API_KEY must be set to a real key in production")
+
     @field_validator("database_url")
     @classmethod
     def _known_database(cls, value: str) -> str:
@@ -114,19 +138,9 @@ class InfraSettings(BaseSettings):
         return self.environment is not Environment.production
 
 
-def reject_placeholder_secrets(settings: BaseSettings, *names: str) -> None:
-    """Refuse to start in production with a secret left at a well-known placeholder."""
-    for name in names:
-        value: Any = getattr(settings, name)
-        raw = value.get_secret_value() if isinstance(value, SecretStr) else value
-        if raw is None or str(raw).strip().lower() in PLACEHOLDER_SECRETS:
-            raise ValueError(f"{name} must be set to a real secret in production")
-
-
 __all__ = [
     "Environment",
     "InfraSettings",
     "async_database_url",
     "env",
-    "reject_placeholder_secrets",
 ]

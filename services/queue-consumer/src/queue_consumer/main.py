@@ -14,7 +14,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from queue_consumer.notifications.service import Notifier
 from queue_consumer.settings import ConsumerSettings
+from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import TransactionProcessor
 from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
@@ -97,15 +99,38 @@ async def open_consumer(
             active_ttl_s=settings.status_cache_active_ttl_s,
         )
     try:
-        async with queue_mod.session().client(
-            "sqs",
-            config=queue_mod.client_config(settings, timeout_s=5.0),
-            **queue_mod.sqs_client_kwargs(settings),
-        ) as sqs:
+        async with contextlib.AsyncExitStack() as stack:
+            sqs = await stack.enter_async_context(
+                queue_mod.session().client(
+                    "sqs",
+                    config=queue_mod.client_config(settings, timeout_s=5.0),
+                    **queue_mod.sqs_client_kwargs(settings),
+                )
+            )
             queue_url, dlq_url = await _queue_urls(sqs, settings, stop)
-            processor = TransactionProcessor(settings, create_sessionmaker(engine), executor, cache)
+            sessions = create_sessionmaker(engine)
+            processor = TransactionProcessor(settings, sessions, executor, cache)
             consumer = Consumer(settings, sqs, queue_url, dlq_url, processor)
             consumer.stopping = stop
+            if settings.tracker_enabled:
+                consumer.tracker = Tracker(
+                    sessions,
+                    executor,
+                    cache,
+                    stale_after_s=settings.tracker_stale_s,
+                    batch=settings.tracker_batch,
+                    concurrency=settings.tracker_concurrency,
+                )
+            if settings.notify_enabled:
+                notifier = Notifier(
+                    sessions,
+                    timeout_s=settings.notify_timeout_s,
+                    concurrency=settings.notify_concurrency,
+                    max_age_s=settings.notify_max_age_s,
+                    backoff_cap_s=settings.notify_backoff_cap_s,
+                )
+                consumer.notifier = notifier
+                stack.push_async_callback(notifier.aclose)
             yield consumer
     finally:
         await executor.aclose()
@@ -154,6 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.check:
         return check(settings)
     configure_logging(settings.log_level)
+    settings.check_production_secrets()
     asyncio.run(run(settings))
     return 0
 

@@ -5,32 +5,24 @@ from __future__ import annotations
 import os
 import socket
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field
 
-from relay_core.settings import InfraSettings, env, reject_placeholder_secrets
-
-# The relayer-stub's development key, so `make run` works without configuration.
-DEV_EXECUTOR_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
+from relay_core.settings import InfraSettings
 
 
 class ConsumerSettings(InfraSettings):
-    executor_url: str = Field(
-        "http://127.0.0.1:8080",
-        validation_alias=env("RELAY_EXECUTOR_URL", "EXECUTOR_URL"),
-        description="OpenZeppelin Relayer (or relayer-stub) base URL",
-    )
-    executor_api_key: SecretStr = Field(
-        SecretStr(DEV_EXECUTOR_KEY),
-        validation_alias=env("RELAY_EXECUTOR_API_KEY", "EXECUTOR_API_KEY"),
-        description="Bearer key of the executor; must be set in production",
-    )
-    executor_relayer_id: str = Field("relayer-1", description="the executor's relayer id")
-    executor_timeout_s: float = Field(10.0, gt=0, description="timeout of one executor call")
+    # Sized for the default concurrency: each message holds a connection only briefly.
+    database_pool_size: int = Field(20, ge=1, le=200, description="connections kept per process")
     executor_handler_timeout_s: float = Field(
         30.0,
         gt=0,
         description="longest the executor may still act on a request we gave up on "
         "(OZ Relayer's REQUEST_TIMEOUT_SECONDS); in-doubt submits are settled after it",
+    )
+    consumer_submit_budget_s: float = Field(
+        5.0,
+        gt=0,
+        description="an attempt calls the executor at most this long after stamping its claim",
     )
     executor_retention_s: float = Field(
         4 * 3600,
@@ -74,14 +66,21 @@ class ConsumerSettings(InfraSettings):
         "/tmp/queue-consumer.heartbeat",  # noqa: S108
         description="touched every few seconds; `queue-consumer --check` reads it",
     )
+    tracker_enabled: bool = Field(True, description="poll the executor for stale statuses")
+    tracker_interval_s: float = Field(2.0, gt=0, description="how often the tracker looks")
+    tracker_stale_s: float = Field(
+        15.0, gt=0, description="submitted/mined rows not updated this long are polled"
+    )
+    tracker_batch: int = Field(200, ge=1, le=5000, description="rows per tracker pass")
+    tracker_concurrency: int = Field(16, ge=1, le=256, description="executor GETs in flight")
+    notify_enabled: bool = Field(True, description="deliver client status notifications")
+    notify_interval_s: float = Field(0.5, gt=0, description="how often due notifications are sent")
+    notify_timeout_s: float = Field(5.0, gt=0, description="timeout of one delivery")
+    notify_concurrency: int = Field(16, ge=1, le=256, description="deliveries in flight")
+    notify_max_age_s: float = Field(
+        3600.0, gt=0, description="a notification undelivered this long is abandoned"
+    )
+    notify_backoff_cap_s: float = Field(60.0, gt=0, description="longest retry delay")
     status_cache_terminal_ttl_s: int = Field(600, ge=1, description="Redis TTL, final status")
     status_cache_active_ttl_s: int = Field(10, ge=1, description="Redis TTL, other statuses")
     log_level: str = Field("INFO", description="DEBUG | INFO | WARNING | ERROR")
-
-    @model_validator(mode="after")
-    def _production_secrets(self) -> ConsumerSettings:
-        if not self.is_dev:
-            reject_placeholder_secrets(self, "executor_api_key")
-            if self.executor_api_key.get_secret_value() == DEV_EXECUTOR_KEY:
-                raise ValueError("RELAY_EXECUTOR_API_KEY must be set in production")
-        return self

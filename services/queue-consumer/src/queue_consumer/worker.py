@@ -8,12 +8,15 @@ import contextlib
 import logging
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
+from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
 from relay_core.queue import PoisonMessage, TransactionMessage
 
@@ -126,6 +129,8 @@ class Consumer:
         self._work: set[asyncio.Task[None]] = set()
         self._visibility = settings.queue_visibility_timeout_s
         self.last_poll = time.monotonic()
+        self.tracker: Tracker | None = None
+        self.notifier: Notifier | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -140,6 +145,20 @@ class Consumer:
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(self._heartbeat_file(), name="heartbeat-file"),
         ]
+        if self.tracker is not None:
+            housekeeping.append(
+                asyncio.create_task(
+                    self._every(self.settings.tracker_interval_s, self.tracker.run_once, "tracker"),
+                    name="tracker",
+                )
+            )
+        if self.notifier is not None:
+            housekeeping.append(
+                asyncio.create_task(
+                    self._every(self.settings.notify_interval_s, self.notifier.run_once, "notify"),
+                    name="notifier",
+                )
+            )
         await self.stopping.wait()
         log.info("consumer.stopping", extra={"in_flight": len(self._work)})
         for task in pollers + housekeeping:
@@ -197,6 +216,7 @@ class Consumer:
         receive_count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         context: dict[str, Any] = {"messageId": message.get("MessageId")}
         heartbeat: asyncio.Task[None] | None = None
+        done = asyncio.Event()
         outcome: Outcome
         try:
             self.stats.counts["received"] += 1
@@ -206,8 +226,8 @@ class Consumer:
                 outcome = Outcome(Failure.poison, str(exc), action="poison")
             else:
                 context["transactionId"] = parsed.transaction_id
-                heartbeat = asyncio.create_task(self._keep_invisible(message, parsed))
-                outcome = await self._attempt(parsed, receive_count)
+                heartbeat = asyncio.create_task(self._keep_invisible(message, parsed, done))
+                outcome = await self._attempt(parsed, str(message.get("MessageId")), receive_count)
             await self._apply(message, parsed_id(context), outcome, receive_count, context, started)
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
@@ -217,22 +237,30 @@ class Consumer:
             self.stats.counts["errors"] += 1
             log.exception("consumer.message.error", extra=context)
         finally:
+            done.set()
             if heartbeat is not None:
-                heartbeat.cancel()
+                # Let a visibility change or claim touch in progress finish rather than cut a
+                # database call in half.
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(heartbeat, 10)
             await self.capacity.release()
 
-    async def _attempt(self, parsed: TransactionMessage, receive_count: int) -> Outcome:
+    async def _attempt(
+        self, parsed: TransactionMessage, message_id: str, receive_count: int
+    ) -> Outcome:
         last = receive_count >= self.policy.max_receive_count
         try:
             return await asyncio.wait_for(
-                self.processor.process(parsed.transaction_id, last_receive=last),
+                self.processor.process(parsed.transaction_id, message_id, last_receive=last),
                 self.settings.consumer_message_timeout_s,
             )
-        except TimeoutError:
+        except Exception as exc:  # timed out, database unavailable and the like
+            # Best effort: let the next delivery proceed at once rather than wait for the
+            # claim to go stale (it would take over a stale claim anyway).
             with contextlib.suppress(Exception):
-                await self.processor.release_claim(parsed.transaction_id)
-            return Outcome(Failure.transient, "message timed out", action="timeout")
-        except Exception as exc:  # database unavailable and the like
+                await self.processor.release_claim(parsed.transaction_id, message_id)
+            if isinstance(exc, TimeoutError):
+                return Outcome(Failure.transient, "message timed out", action="timeout")
             return Outcome(
                 Failure.transient, f"{type(exc).__name__}: {str(exc)[:200]}", action="error"
             )
@@ -311,14 +339,21 @@ class Consumer:
         )
         self.deleter.add(message["ReceiptHandle"])
 
-    async def _keep_invisible(self, message: dict[str, Any], parsed: TransactionMessage) -> None:
+    async def _keep_invisible(
+        self, message: dict[str, Any], parsed: TransactionMessage, done: asyncio.Event
+    ) -> None:
         """Work that outlives half the visibility timeout extends it (and the claim)."""
         interval = max(self._visibility / 2, 1)
         while True:
-            await asyncio.sleep(interval)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), interval)
+            if done.is_set():
+                return
             await self._set_visibility(message["ReceiptHandle"], self._visibility)
             with contextlib.suppress(Exception):
-                await self.processor.touch_claim(parsed.transaction_id)
+                await self.processor.touch_claim(
+                    parsed.transaction_id, str(message.get("MessageId"))
+                )
             self.stats.counts["heartbeats"] += 1
 
     # --- housekeeping -----------------------------------------------------------------------
@@ -331,6 +366,17 @@ class Consumer:
                 self.stats.counts["reaped"] += reaped
             except Exception as exc:
                 log.warning("consumer.reaper.failed", extra={"error": str(exc)})
+
+    async def _every(self, interval_s: float, job: Callable[[], Awaitable[int]], name: str) -> None:
+        while True:
+            try:
+                done = await job()
+                self.stats.counts[f"{name}_done"] += done
+            except Exception as exc:
+                log.warning(f"consumer.{name}.failed", extra={"error": str(exc)})
+                done = 0
+            if not done:
+                await asyncio.sleep(interval_s)
 
     async def _heartbeat_file(self) -> None:
         path = Path(self.settings.consumer_heartbeat_file)

@@ -8,12 +8,14 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from relay_api import errors
+from relay_api.clients.endpoints import router as clients_router
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit
 from relay_api.relay.endpoints import router as relay_router
 from relay_api.responses import Json
 from relay_api.runtime import open_runtime
 from relay_api.settings import ApiSettings
+from relay_api.webhooks.endpoints import router as webhooks_router
 
 
 def create_app(settings: ApiSettings | None = None, *, background: bool = True) -> FastAPI:
@@ -36,4 +38,6 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     errors.install(app)
     app.include_router(health_router)
     app.include_router(relay_router)
+    app.include_router(webhooks_router)
+    app.include_router(clients_router)
     return app

@@ -113,6 +113,7 @@ def serve(settings: ApiSettings) -> None:
     from relay_api.app import create_app
 
     configure_logging(settings.log_level)
+    settings.check_production_secrets()
     # uvicorn drains on SIGTERM/SIGINT and then re-raises the signal against the handlers it
     # found at start. Ignoring it there turns a completed graceful shutdown into exit code 0.
     for signum in (signal.SIGTERM, signal.SIGINT):

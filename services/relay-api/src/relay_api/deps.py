@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Annotated
 
@@ -26,10 +26,12 @@ RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 @dataclass
 class UnitOfWork:
-    """One session per request, committed in exactly one place; messages published after."""
+    """One session per request, committed in exactly one place; messages published and
+    caches written only after that commit."""
 
     session: AsyncSession
     outbox: list[TransactionMessage] = field(default_factory=list)
+    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
 
 
 async def get_uow(runtime: RuntimeDep) -> AsyncIterator[UnitOfWork]:
@@ -44,6 +46,8 @@ async def get_uow(runtime: RuntimeDep) -> AsyncIterator[UnitOfWork]:
     # Only now is the row durable; only now may the message leave.
     if uow.outbox:
         runtime.publisher.publish(uow.outbox)
+    for action in uow.after_commit:
+        await action()
 
 
 # scope="function": the commit runs before the response is sent, so a 202 implies a commit.

@@ -21,11 +21,35 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from relay_core import apikeys, localsqs
 
-# Longest a child may take to stop after SIGTERM; the consumer drains in-flight work first.
+# Longest a child may take to stop after SIGTERM. The consumer gets its drain grace on top.
 GRACE_S = 30.0
+# The consumer's drain grace under `make run` (110 s in production, sized for ECS's 120 s).
+DEV_CONSUMER_GRACE_S = 20.0
+
+
+class DevSettings(BaseSettings):
+    """Settings of `relay dev` itself; the services it starts read their own settings."""
+
+    model_config = SettingsConfigDict(env_prefix="RELAY_", extra="ignore")
+
+    state_dir: Path = Field(
+        Path(".relay"),
+        description="SQLite database, dev key, executor ledger, SQS log; kept between runs",
+    )
+    local_sqs: Literal["ministack", "moto"] = Field(
+        "ministack", description="local SQS server started when AWS_ENDPOINT_URL is unset"
+    )
+    # Read by relay_core.localsqs; declared here so that it is documented with the rest.
+    ministack_bin: str | None = Field(
+        None, description="ministack executable (default .tools/sqs/bin/ministack, then PATH)"
+    )
 
 
 def _say(line: str = "") -> None:
@@ -74,21 +98,28 @@ def run() -> int:
     from relay_api.cli import migrate
     from relay_api.settings import ApiSettings
 
-    state_dir = Path(os.environ.get("RELAY_STATE_DIR", ".relay")).resolve()
+    dev = DevSettings()
+    state_dir = dev.state_dir.resolve()
     state_dir.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("RELAY_ENV", "dev")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{state_dir / 'relay.db'}")
     os.environ.setdefault("PORT", "8000")
+    # The consumer drains for this long on Ctrl-C; it is waited for that long plus GRACE_S,
+    # so a draining consumer is never killed mid-message.
+    consumer_grace_s = float(
+        os.environ.setdefault("RELAY_CONSUMER_GRACE_S", str(DEV_CONSUMER_GRACE_S))
+    )
 
     stop = threading.Event()
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     sqs: localsqs.LocalSqs | None = None
+    consumer: subprocess.Popen[bytes] | None = None
     children: list[subprocess.Popen[bytes]] = []
     try:
         if not os.environ.get("AWS_ENDPOINT_URL"):
-            sqs = localsqs.start(log_path=state_dir / "sqs.log")
+            sqs = localsqs.start(dev.local_sqs, log_path=state_dir / "sqs.log")
             os.environ["AWS_ENDPOINT_URL"] = sqs.endpoint
         os.environ["RELAY_DEV_API_KEY"] = _dev_key(state_dir)
         settings = ApiSettings()
@@ -155,7 +186,7 @@ def run() -> int:
     finally:
         _say("stopping...")
         for child in reversed(children):
-            _stop(child, GRACE_S)
+            _stop(child, GRACE_S + (consumer_grace_s if child is consumer else 0.0))
         if sqs is not None:
             sqs.stop()
         _say("stopped")

@@ -15,10 +15,12 @@ from relay_api.auth.service import Authenticator, ensure_client_with_key
 from relay_api.outbox.publisher import Publisher
 from relay_api.outbox.queue import WorkQueue
 from relay_api.outbox.service import run_sweeper
+from relay_api.relay.refresh import Refresher
 from relay_api.settings import ApiSettings
 from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
+from relay_core.executor import ExecutorClient
 
 log = logging.getLogger(__name__)
 
@@ -32,6 +34,8 @@ class Runtime:
     publisher: Publisher
     authenticator: Authenticator
     cache: cache_mod.StatusCache | None
+    executor: ExecutorClient
+    refresher: Refresher
     redis: Any = None
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
@@ -61,6 +65,21 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
                 terminal_ttl_s=settings.status_cache_terminal_ttl_s,
                 active_ttl_s=settings.status_cache_active_ttl_s,
             )
+        executor = ExecutorClient(
+            settings.executor_url,
+            settings.executor_api_key.get_secret_value(),
+            settings.executor_relayer_id,
+            timeout_s=max(settings.status_upstream_timeout_s, 1.0),
+            max_connections=50,
+        )
+        stack.push_async_callback(executor.aclose)
+        refresher = Refresher(
+            executor,
+            sessions,
+            status_cache,
+            refresh_after_s=settings.status_refresh_after_s,
+            timeout_s=settings.status_upstream_timeout_s,
+        )
         publisher = Publisher(work_queue, sessions)
         runtime = Runtime(
             settings=settings,
@@ -70,6 +89,8 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             publisher=publisher,
             authenticator=Authenticator(sessions, settings.auth_cache_ttl_s),
             cache=status_cache,
+            executor=executor,
+            refresher=refresher,
             redis=redis,
         )
         if settings.dev_api_key is not None:

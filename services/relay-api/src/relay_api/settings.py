@@ -48,6 +48,19 @@ class ApiSettings(InfraSettings):
     outbox_sweep_batch: int = Field(100, ge=1, le=1000, description="rows per sweeper pass")
     sweeper_enabled: bool = Field(True, description="run the sweeper inside the API process")
 
+    webhook_signing_key: SecretStr | None = Field(
+        None,
+        validation_alias=env("RELAY_WEBHOOK_SIGNING_KEY"),
+        description="the executor's webhook key (X-Signature HMAC); unset refuses all webhooks",
+    )
+    status_refresh_after_s: float = Field(
+        5.0, ge=0, description="a non-final status older than this is refreshed from the executor"
+    )
+    status_upstream_timeout_s: float = Field(
+        1.0, gt=0, description="how long a status read may wait for the executor"
+    )
+    callback_url_max_length: int = Field(2048, ge=16, description="longest callback URL accepted")
+
     dev_api_key: SecretStr | None = Field(
         None, validation_alias="RELAY_DEV_API_KEY", description="seed a client with this key (dev)"
     )

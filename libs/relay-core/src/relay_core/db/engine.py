@@ -31,7 +31,7 @@ def create_engine(settings: InfraSettings) -> AsyncEngine:
         max_overflow=settings.database_pool_size,
         pool_recycle=1800,
         pool_pre_ping=False,  # a ping per checkout would double the accept path round trips
-        pool_timeout=settings.database_connect_timeout_s,
+        pool_timeout=settings.database_pool_timeout_s,
         connect_args={"connect_timeout": settings.database_connect_timeout_s},
     )
 

@@ -58,6 +58,9 @@ class ApiClient(Base):
     key_prefix: Mapped[str] = mapped_column(String(16))
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     revoked_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # Status notifications: where to POST them, and the secret that signs them.
+    callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    callback_secret: Mapped[str | None] = mapped_column(String(128), default=None)
 
 
 class Transaction(Base):
@@ -70,6 +73,8 @@ class Transaction(Base):
         Index(None, "created_at"),
         Index(None, "status", "enqueued_at", "created_at"),
         Index(None, "client_id", "created_at"),
+        Index(None, "executor_tx_id"),
+        Index(None, "status", "last_synced_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -96,6 +101,10 @@ class Transaction(Base):
     updated_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     submitted_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     confirmed_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # When the executor's view was last read (webhook, tracker or status refresh).
+    last_synced_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # Effective callback for status notifications (the request's, else the client's).
+    callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
 
 
 class TransactionEvent(Base):
@@ -114,3 +123,38 @@ class TransactionEvent(Base):
     source: Mapped[str] = mapped_column(String(32))
     reason: Mapped[str | None] = mapped_column(Text, default=None)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class WebhookReceipt(Base):
+    """Executor webhook ids already applied: a replayed delivery is acknowledged, not reapplied."""
+
+    __tablename__ = "webhook_receipts"
+
+    id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class Notification(Base):
+    """Outbox of client callbacks, written with the status change it reports.
+
+    Delivered in ``id`` order per transaction: a later one waits until the earlier one was
+    delivered or abandoned.
+    """
+
+    __tablename__ = "notifications"
+    __table_args__ = (
+        Index(None, "state", "next_attempt_at"),
+        Index(None, "transaction_id", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    transaction_id: Mapped[str] = mapped_column(ForeignKey("transactions.id", ondelete="CASCADE"))
+    client_id: Mapped[str] = mapped_column(String(36))
+    url: Mapped[str] = mapped_column(String(2048))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSON)
+    state: Mapped[str] = mapped_column(String(16), default="pending")  # pending|delivered|abandoned
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    last_error: Mapped[str | None] = mapped_column(Text, default=None)
+    next_attempt_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    delivered_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)

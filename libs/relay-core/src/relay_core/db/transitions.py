@@ -10,7 +10,8 @@ from sqlalchemy import insert, update
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from relay_core.db.models import Transaction, TransactionEvent, utcnow
+from relay_core.db.models import Notification, Transaction, TransactionEvent, utcnow
+from relay_core.views import rfc3339
 
 
 async def transition(
@@ -48,6 +49,25 @@ async def transition(
                 created_at=now,
             )
         )
+        if tx.callback_url:
+            # The client's notification is written with the change it reports (an outbox),
+            # so it is sent if and only if the change committed.
+            await session.execute(
+                insert(Notification).values(
+                    transaction_id=tx.id,
+                    client_id=tx.client_id,
+                    url=tx.callback_url,
+                    payload={
+                        "event": "transaction.status_changed",
+                        "transactionId": tx.id,
+                        "status": new_status,
+                        "hash": changes.get("hash", tx.hash),
+                        "timestamp": rfc3339(now),
+                    },
+                    next_attempt_at=now,
+                    created_at=now,
+                )
+            )
     for key, value in changes.items():
         # The database already has these values; do not let the ORM flush them again.
         set_committed_value(tx, key, value)

@@ -10,7 +10,11 @@ The exactly-once argument, step by step:
    earlier call may or may not have reached the executor. It lists the executor's
    transactions created since that stamp and adopts a match (to, data, value) not already
    recorded against another row. It resubmits only once the earlier call can no longer be
-   acted upon (``executor_handler_timeout_s`` has passed) and the list shows nothing.
+   acted upon and the list shows nothing. "Can no longer" is bounded: an attempt never starts
+   its executor call later than ``consumer_submit_budget_s`` after its stamp, and the
+   executor stops acting on a request after ``executor_handler_timeout_s``.
+4. Two holders of the same message (its visibility lapsed while the first was still working)
+   do not both proceed: an active claim by the same message makes the second one wait.
 """
 
 from __future__ import annotations
@@ -70,14 +74,22 @@ class TransactionProcessor:
         self.sessions = sessions
         self.executor = executor
         self.cache = cache
-        self.owner = settings.consumer_id
+        self.consumer_id = settings.consumer_id
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
-        self._settle = timedelta(seconds=settings.executor_handler_timeout_s + 1)
+        self._submit_budget = timedelta(seconds=settings.consumer_submit_budget_s)
+        self._settle = self._submit_budget + timedelta(
+            seconds=settings.executor_handler_timeout_s + 1
+        )
         self._fault = os.environ.get("RELAY_CONSUMER_FAULT", "") if settings.is_dev else ""
 
     # --- the unit of work -------------------------------------------------------------------
 
-    async def process(self, transaction_id: str, *, last_receive: bool) -> Outcome:
+    def owner(self, message_id: str) -> str:
+        """Claims are owned by a message (and say which process holds it): a redelivery of the
+        same message may take its own claim over, a different copy of it may not."""
+        return f"{message_id}@{self.consumer_id}"[:64]
+
+    async def process(self, transaction_id: str, message_id: str, *, last_receive: bool) -> Outcome:
         async with self.sessions() as session:
             tx = await repository.load(session, transaction_id)
         if tx is None:
@@ -85,13 +97,25 @@ class TransactionProcessor:
         if is_terminal(tx.status) or tx.status in (TxStatus.submitted, TxStatus.mined):
             return Outcome.done("already_done")
         now = utcnow()
+        owner = self.owner(message_id)
         if (
             tx.status == TxStatus.processing
             and tx.claimed_by is not None
             and tx.claimed_at is not None
             and now - tx.claimed_at < self._active_claim
         ):
-            # Another delivery is being worked on right now; it holds its own message.
+            if tx.claimed_by.split("@", 1)[0] == message_id:
+                # This very message is still being worked on elsewhere (its visibility
+                # lapsed): wait for that attempt rather than race it.
+                remaining = (tx.claimed_at + self._active_claim - now).total_seconds()
+                return Outcome(
+                    Failure.transient,
+                    "still being processed by another consumer",
+                    retry_after_s=remaining,
+                    action="busy_elsewhere",
+                )
+            # Another copy of the message is being worked on right now; it holds its own
+            # message, which will be deleted or retried on its own.
             return Outcome.done("duplicate")
 
         previous_start = tx.submit_started_at if tx.executor_tx_id is None else None
@@ -105,7 +129,7 @@ class TransactionProcessor:
             tx,
             TxStatus.processing,
             attempts=tx.attempts + 1,
-            claimed_by=self.owner,
+            claimed_by=owner,
             claimed_at=now,
             submit_started_at=previous_start or now,
         )
@@ -113,21 +137,29 @@ class TransactionProcessor:
             return Outcome.done("lost_claim")  # someone else moved it; their message decides
 
         if previous_start is not None:
-            return await self._resolve_in_doubt(tx, previous_start, last_receive=last_receive)
-        return await self._submit(tx, last_receive=last_receive)
+            return await self._resolve_in_doubt(
+                tx, previous_start, owner, last_receive=last_receive
+            )
+        return await self._submit(tx, owner, last_receive=last_receive)
 
-    async def _submit(self, tx: Transaction, *, last_receive: bool) -> Outcome:
+    async def _submit(self, tx: Transaction, owner: str, *, last_receive: bool) -> Outcome:
+        started = tx.submit_started_at
+        if started is None or utcnow() - started > self._submit_budget:
+            # Too late to call the executor under this stamp: the in-doubt rule assumes the
+            # call starts within the budget. Nothing was sent; a later attempt settles it.
+            await self._write(tx, tx.status, claimed_by=None)
+            return Outcome(Failure.transient, "submit budget exceeded", action="late_submit")
         try:
             result = await self.executor.submit(self.executor_payload(tx))
         except ExecutorError as exc:
-            return await self._after_failed_submit(tx, exc, last_receive=last_receive)
+            return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
         if self._fault == "exit-after-submit":
             os._exit(70)  # fault injection for the crash tests: die before recording
         await self._record_submitted(tx, result)
         return Outcome.done("submitted")
 
     async def _after_failed_submit(
-        self, tx: Transaction, exc: ExecutorError, *, last_receive: bool
+        self, tx: Transaction, exc: ExecutorError, owner: str, *, last_receive: bool
     ) -> Outcome:
         if exc.kind is ErrorKind.rejected:
             await self._finish(
@@ -150,12 +182,12 @@ class TransactionProcessor:
             return Outcome(failure, str(exc), retry_after_s=exc.retry_after_s, action="retry")
         # In doubt: the executor may have it. The stamp stays; the next attempt looks it up.
         if last_receive:
-            return await self._resolve_in_doubt(tx, tx.submit_started_at, last_receive=True)
+            return await self._resolve_in_doubt(tx, tx.submit_started_at, owner, last_receive=True)
         await self._write(tx, tx.status, claimed_by=None)
         return Outcome(Failure.transient, f"in doubt: {exc}", action="retry_in_doubt")
 
     async def _resolve_in_doubt(
-        self, tx: Transaction, started: datetime | None, *, last_receive: bool
+        self, tx: Transaction, started: datetime | None, owner: str, *, last_receive: bool
     ) -> Outcome:
         assert started is not None
         settled_at = started + self._settle
@@ -191,9 +223,9 @@ class TransactionProcessor:
             )
             return Outcome(Failure.permanent, "in doubt beyond retention", action="in_doubt_failed")
         # Certain now: the executor does not have it. Submit afresh.
-        if not await self._write(tx, tx.status, submit_started_at=utcnow(), claimed_by=self.owner):
+        if not await self._write(tx, tx.status, submit_started_at=utcnow(), claimed_by=owner):
             return Outcome.done("lost_claim")
-        return await self._submit(tx, last_receive=last_receive)
+        return await self._submit(tx, owner, last_receive=last_receive)
 
     async def _give_up(self, tx: Transaction, reason: str) -> Outcome:
         await self._finish(
@@ -295,16 +327,36 @@ class TransactionProcessor:
     # --- writes ----------------------------------------------------------------------------
 
     async def _record_submitted(self, tx: Transaction, result: ExecutorTx) -> None:
-        now = utcnow()
-        await self._write(
-            tx,
-            TxStatus.submitted,
-            executor_tx_id=result.id,
-            hash=result.hash,
-            submitted_at=now,
-            claimed_by=None,
-            result={"executor": {"id": result.id, "status": result.status}},
-        )
+        """The executor has it: record that whatever else touched the row meanwhile (a
+        released or touched claim only bumps the version)."""
+        for _ in range(5):
+            if await self._write(
+                tx,
+                TxStatus.submitted,
+                executor_tx_id=result.id,
+                hash=result.hash,
+                submitted_at=utcnow(),
+                claimed_by=None,
+                result={"executor": {"id": result.id, "status": result.status}},
+            ):
+                return
+            async with self.sessions() as session:
+                current = await repository.load(session, tx.id)
+            if current is None:
+                return
+            if current.executor_tx_id is not None:
+                if current.executor_tx_id != result.id:
+                    log.error(
+                        "consumer.double_submission",
+                        extra={
+                            "transactionId": tx.id,
+                            "recorded": current.executor_tx_id,
+                            "also": result.id,
+                        },
+                    )
+                return
+            tx = current
+        raise RuntimeError("could not record the executor's answer")
 
     async def _finish(
         self, tx: Transaction, status: TxStatus, reason: str, *, source: str = SOURCE, **values: Any
@@ -334,13 +386,13 @@ class TransactionProcessor:
             )
         return ok
 
-    async def touch_claim(self, transaction_id: str) -> None:
+    async def touch_claim(self, transaction_id: str, message_id: str) -> None:
         async with self.sessions() as session, session.begin():
-            await repository.touch_claim(session, transaction_id, self.owner, utcnow())
+            await repository.touch_claim(session, transaction_id, self.owner(message_id), utcnow())
 
-    async def release_claim(self, transaction_id: str) -> None:
+    async def release_claim(self, transaction_id: str, message_id: str) -> None:
         async with self.sessions() as session, session.begin():
-            await repository.release_claim(session, transaction_id, self.owner)
+            await repository.release_claim(session, transaction_id, self.owner(message_id))
 
     # --- the reaper ------------------------------------------------------------------------
 

@@ -22,6 +22,7 @@ class Caller:
     id: str
     name: str
     role: str
+    callback_url: str | None = None
 
     @property
     def is_admin(self) -> bool:
@@ -34,6 +35,12 @@ class Authenticator:
     A verified key is trusted for ``ttl_s`` seconds without a database read, so revoking a
     key takes effect within that time (0 disables the cache).
     """
+
+    def forget(self, client_id: str) -> None:
+        """Drop cached identities of a client whose settings changed."""
+        for digest, (caller, _) in list(self._verified.items()):
+            if caller.id == client_id:
+                self._verified.pop(digest, None)
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
         self._sessions = sessions
@@ -56,7 +63,9 @@ class Authenticator:
         if client is None or not hmac.compare_digest(client.key_hash, digest):
             self._verified.pop(digest, None)
             raise Unauthorized("invalid API key")
-        caller = Caller(id=client.id, name=client.name, role=client.role)
+        caller = Caller(
+            id=client.id, name=client.name, role=client.role, callback_url=client.callback_url
+        )
         if self._ttl_s > 0:
             if len(self._verified) > 10_000:
                 self._verified.clear()

@@ -5,12 +5,19 @@ from __future__ import annotations
 import uuid
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Path
+from fastapi import APIRouter, Header, Path, Query
 
 from relay_api.deps import CacheDep, CallerDep, JsonBody, RuntimeDep, UowDep
 from relay_api.relay import service
-from relay_api.relay.schemas import AcceptedResponse, DirectRequest, GaslessRequest, StatusResponse
+from relay_api.relay.schemas import (
+    AcceptedResponse,
+    DirectRequest,
+    GaslessRequest,
+    StatusResponse,
+    TransactionPage,
+)
 from relay_api.responses import Json
+from relay_core.statuses import TxStatus
 
 router = APIRouter(prefix="/api/v1/relay", tags=["relay"])
 
@@ -90,7 +97,24 @@ async def get_status(
     caller: CallerDep,
     uow: UowDep,
     cache: CacheDep,
+    runtime: RuntimeDep,
 ) -> Json:
-    """Status from Redis, else MySQL (which backfills Redis). ``X-Cache`` names the tier."""
-    entry, tier = await service.status(uow.session, cache, caller, str(transaction_id))
+    """Status from Redis, else MySQL (which backfills Redis), refreshed from the executor when
+    it is not final and not fresh. ``X-Cache`` names the tier: hit, miss or upstream."""
+    entry, tier = await service.status(
+        uow.session, cache, runtime.refresher, caller, str(transaction_id)
+    )
     return Json(service.public(entry), headers={"X-Cache": tier})
+
+
+@router.get("/transactions", response_model=TransactionPage, responses={401: ERRORS[401]})
+async def list_transactions(
+    caller: CallerDep,
+    uow: UowDep,
+    status: TxStatus | None = None,
+    cursor: Annotated[str | None, Query(max_length=200)] = None,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+) -> Json:
+    """The caller's own transactions, newest first. Pass ``nextCursor`` back as ``cursor``."""
+    items, next_cursor = await service.list_transactions(uow.session, caller, status, cursor, limit)
+    return Json({"items": items, "nextCursor": next_cursor})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from datetime import datetime
+
+from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_core.db.models import Transaction
@@ -25,3 +27,26 @@ async def by_idempotency_key(session: AsyncSession, client_id: str, key: str) ->
             )
         )
     ).scalar_one_or_none()
+
+
+async def page(
+    session: AsyncSession,
+    client_id: str,
+    status: str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[Transaction]:
+    """Newest first by (created_at, id); ``after`` is the last row of the previous page."""
+    stmt = select(Transaction).where(Transaction.client_id == client_id)
+    if status is not None:
+        stmt = stmt.where(Transaction.status == status)
+    if after is not None:
+        created, tx_id = after
+        stmt = stmt.where(
+            or_(
+                Transaction.created_at < created,
+                and_(Transaction.created_at == created, Transaction.id < tx_id),
+            )
+        )
+    stmt = stmt.order_by(Transaction.created_at.desc(), Transaction.id.desc()).limit(limit)
+    return list((await session.execute(stmt)).scalars())

@@ -31,6 +31,15 @@ def _uint256(value: str) -> str:
     return value
 
 
+def _callback_url(value: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.netloc or len(value) > 2048:
+        raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
+    return value
+
+
 def _signature(value: str) -> str:
     value = ethereum.check_hex_data(value, max_bytes=65)
     if len(value) != 132:
@@ -42,6 +51,7 @@ Address = Annotated[StrictStr, AfterValidator(_address)]
 HexData = Annotated[StrictStr, AfterValidator(_hex)]
 Uint256 = Annotated[StrictStr, AfterValidator(_uint256)]
 Signature = Annotated[StrictStr, AfterValidator(_signature)]
+CallbackUrl = Annotated[StrictStr, AfterValidator(_callback_url)]
 
 
 class Speed(StrEnum):
@@ -64,6 +74,9 @@ class DirectRequest(_Strict):
     valid_until: StrictStr | None = Field(
         None, alias="validUntil", description="RFC 3339 time in the future"
     )
+    callback_url: CallbackUrl | None = Field(
+        None, alias="callbackUrl", description="status notifications for this transaction"
+    )
 
 
 class ForwardRequestBody(_Strict):
@@ -79,6 +92,9 @@ class ForwardRequestBody(_Strict):
 class GaslessRequest(_Strict):
     request: ForwardRequestBody
     signature: Signature = Field(description="EIP-712 signature of the ForwardRequest, 65 bytes")
+    callback_url: CallbackUrl | None = Field(
+        None, alias="callbackUrl", description="status notifications for this transaction"
+    )
 
 
 class AcceptedResponse(BaseModel):
@@ -87,6 +103,16 @@ class AcceptedResponse(BaseModel):
     created_at: str = Field(alias="createdAt")
 
     model_config = ConfigDict(populate_by_name=True)
+
+
+class CallbackRequest(_Strict):
+    url: CallbackUrl | None = Field(description="where notifications go; null turns them off")
+    rotate_secret: bool = Field(False, alias="rotateSecret")
+
+
+class CallbackResponse(BaseModel):
+    url: str | None
+    secret: str | None = Field(description="shown only when created or rotated")
 
 
 class StatusResponse(BaseModel):
@@ -99,6 +125,13 @@ class StatusResponse(BaseModel):
     updated_at: str = Field(alias="updatedAt")
     submitted_at: str | None = Field(alias="submittedAt")
     confirmed_at: str | None = Field(alias="confirmedAt")
+
+    model_config = ConfigDict(populate_by_name=True)
+
+
+class TransactionPage(BaseModel):
+    items: list[StatusResponse]
+    next_cursor: str | None = Field(alias="nextCursor")
 
     model_config = ConfigDict(populate_by_name=True)
 

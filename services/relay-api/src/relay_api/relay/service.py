@@ -7,8 +7,10 @@ rule are enforced by unique indexes, so concurrent duplicates cannot both get in
 
 from __future__ import annotations
 
+import base64
 import logging
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -19,14 +21,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from relay_api import metrics
 from relay_api.auth.service import Caller
 from relay_api.relay import repository
+from relay_api.relay.refresh import Refresher
 from relay_api.relay.schemas import DirectRequest, GaslessRequest, parse_rfc3339
 from relay_api.settings import ApiSettings
 from relay_core import ethereum, jsonutil
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, Conflict, NotFound
+from relay_core.executor import ExecutorTx
 from relay_core.queue import TransactionMessage
 from relay_core.statuses import TxStatus, TxType, is_terminal
+from relay_core.tracking import interpret
 from relay_core.views import rfc3339, status_entry
 
 log = logging.getLogger(__name__)
@@ -54,6 +59,7 @@ class NewTransaction:
     request: dict[str, Any]
     valid_until: datetime | None
     inflight_key: str | None = None
+    callback_url: str | None = None
 
 
 def check_idempotency_key(key: str | None) -> str | None:
@@ -96,8 +102,13 @@ def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction
         except ValueError as exc:
             raise BadRequest(f"validUntil: {exc}") from exc
         valid_until = _check_window("validUntil", parsed, settings)
-    request = body.model_dump(by_alias=True, mode="json")
-    return NewTransaction(type=TxType.direct, request=request, valid_until=valid_until)
+    request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
+    return NewTransaction(
+        type=TxType.direct,
+        request=request,
+        valid_until=valid_until,
+        callback_url=body.callback_url,
+    )
 
 
 def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransaction:
@@ -123,7 +134,7 @@ def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransacti
         raise BadRequest(f"signature: {exc}") from exc
     if signer != fwd.from_:
         raise BadRequest("signature: not signed by request.from under the forwarder's domain")
-    request = body.model_dump(by_alias=True, mode="json")
+    request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
     request["forwarder"] = domain.verifying_contract
     request["chainId"] = domain.chain_id
     return NewTransaction(
@@ -131,6 +142,7 @@ def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransacti
         request=request,
         valid_until=deadline,
         inflight_key=f"{fwd.from_.lower()}:{fwd.nonce}",
+        callback_url=body.callback_url,
     )
 
 
@@ -142,7 +154,9 @@ async def accept(
     outbox: list[TransactionMessage],
 ) -> Accepted:
     """Insert the row; the caller's unit of work commits and then publishes ``outbox``."""
-    fingerprint = jsonutil.fingerprint({"type": new.type.value, "request": new.request})
+    fingerprint = jsonutil.fingerprint(
+        {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
+    )
     now = utcnow()
     tx = Transaction(
         client_id=caller.id,
@@ -153,6 +167,7 @@ async def accept(
         request_fingerprint=fingerprint,
         inflight_key=new.inflight_key,
         valid_until=new.valid_until,
+        callback_url=new.callback_url or caller.callback_url,
         created_at=now,
         updated_at=now,
     )
@@ -192,9 +207,15 @@ async def _resolve_duplicate(
 
 
 async def status(
-    session: AsyncSession, cache: StatusCache | None, caller: Caller, transaction_id: str
+    session: AsyncSession,
+    cache: StatusCache | None,
+    refresher: Refresher | None,
+    caller: Caller,
+    transaction_id: str,
 ) -> tuple[dict[str, Any], str]:
-    """The caller's view of a transaction and the tier that answered (``hit`` or ``miss``)."""
+    """The caller's view of a transaction and the tier that answered it:
+    ``hit`` (Redis), ``miss`` (MySQL, which backfills Redis) or ``upstream`` (refreshed from
+    the executor because the stored status was not final and not fresh)."""
     if cache is not None:
         cached = await cache.get_quietly(transaction_id)
         if cached is not None:
@@ -204,13 +225,71 @@ async def status(
             return entry, "hit"
     tx = await repository.by_id(session, transaction_id)
     if tx is None:
+        if caller.is_admin and refresher is not None:
+            found = await refresher.lookup(transaction_id)
+            if found is not None:
+                metrics.STATUS_READS.labels("upstream").inc()
+                return executor_entry(found), "upstream"
         raise NotFound("no transaction with this id")
     _check_owner(caller, tx.client_id)
+    if refresher is not None and refresher.due(tx):
+        refreshed = await refresher.refresh(tx)
+        if refreshed is not None:
+            metrics.STATUS_READS.labels("upstream").inc()
+            return status_entry(refreshed), "upstream"
     entry = status_entry(tx)
     if cache is not None:
         await cache.put_quietly(tx.id, tx.version, entry, terminal=is_terminal(tx.status))
     metrics.STATUS_READS.labels("miss").inc()
     return entry, "miss"
+
+
+def executor_entry(found: ExecutorTx) -> dict[str, Any]:
+    """An executor record Relay has no row for (admin look-ups only)."""
+    view = interpret(found.raw)
+    return {
+        "transactionId": found.id,
+        "clientId": None,
+        "type": None,
+        "status": view.status.value if view else found.status,
+        "hash": found.hash,
+        "errorMessage": view.reason if view else found.status_reason,
+        "createdAt": rfc3339(found.created_at),
+        "updatedAt": None,
+        "submittedAt": None,
+        "confirmedAt": rfc3339(view.confirmed_at) if view else None,
+    }
+
+
+async def list_transactions(
+    session: AsyncSession,
+    caller: Caller,
+    status_filter: TxStatus | None,
+    cursor: str | None,
+    limit: int,
+) -> tuple[list[dict[str, Any]], str | None]:
+    """The caller's own transactions, newest first; the cursor is opaque to clients."""
+    after = _decode_cursor(cursor) if cursor else None
+    rows = await repository.page(
+        session, caller.id, status_filter.value if status_filter else None, after, limit + 1
+    )
+    items = [public(status_entry(tx)) for tx in rows[:limit]]
+    next_cursor = _encode_cursor(rows[limit - 1]) if len(rows) > limit else None
+    return items, next_cursor
+
+
+def _encode_cursor(tx: Transaction) -> str:
+    raw = f"{tx.created_at.isoformat()}|{tx.id}".encode()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+        created, _, tx_id = raw.partition("|")
+        return datetime.fromisoformat(created), str(uuid.UUID(tx_id))
+    except ValueError as exc:
+        raise BadRequest("cursor: not a cursor this API returned") from exc
 
 
 def _check_owner(caller: Caller, owner_id: str) -> None:

@@ -1,0 +1,106 @@
+"""Test support shared by every package's tests: a relayer-stub process and its admin API.
+
+Import-only, like the rest of the library; it starts the stub as a command, never imports it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from relay_core.localsqs import free_port
+
+STUB_DEV_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
+
+
+def wait_http(url: str, process: subprocess.Popen[bytes] | None, timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if httpx.get(url, timeout=1).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"process serving {url} exited with {process.returncode}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{url} did not answer within {timeout_s} s")
+        time.sleep(0.1)
+
+
+@dataclass
+class Stub:
+    """A relayer-stub process and its admin API (see services/relayer-stub/README.md)."""
+
+    port: int
+    ledger_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> Stub:
+        env = {
+            **os.environ,
+            "STUB_PORT": str(self.port),
+            "STUB_LEDGER_PATH": str(self.ledger_path),
+            "STUB_LOG_LEVEL": "WARNING",
+            **self.env,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "relayer_stub.main"], env=env, stdout=subprocess.DEVNULL
+        )
+        wait_http(f"{self.base_url}/api/v1/health", self.process)
+        return self
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(20)
+
+    def _http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base_url, timeout=10)
+
+    def reset(self) -> None:
+        with self._http() as http:
+            http.post("/__admin/reset").raise_for_status()
+        self.faults()
+        self.lifecycle(paused=True)
+
+    def faults(self, **config: Any) -> None:
+        with self._http() as http:
+            http.put("/__admin/faults", json=config).raise_for_status()
+
+    def lifecycle(self, **config: Any) -> None:
+        with self._http() as http:
+            http.put("/__admin/lifecycle", json=config).raise_for_status()
+
+    def webhook(self, url: str | None, signing_key: str | None) -> None:
+        with self._http() as http:
+            http.put("/__admin/webhook", json={"url": url, "signing_key": signing_key})
+
+    def ledger(self, **filters: Any) -> tuple[int, list[dict[str, Any]]]:
+        with self._http() as http:
+            body = http.get("/__admin/ledger", params={"limit": 100_000, **filters}).json()
+        return int(body["count"]), list(body["entries"])
+
+    def ledger_count(self) -> int:
+        return self.ledger()[0]
+
+
+def start_stub(directory: Path, port: int | None = None, **env: str) -> Stub:
+    return Stub(port or free_port(), directory / "relayer-stub.sqlite3", env).start()

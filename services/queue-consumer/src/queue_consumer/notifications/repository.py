@@ -1,0 +1,61 @@
+"""SQL for client notifications."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import and_, exists, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
+
+from relay_core.db.models import ApiClient, Notification
+
+
+async def due(session: AsyncSession, now: datetime, limit: int) -> list[tuple[Notification, str]]:
+    """Pending notifications whose time has come and that are first in line for their
+    transaction (an earlier one still pending holds the later ones back: order per
+    transaction). Returned with the client's signing secret."""
+    earlier = aliased(Notification)
+    rows = await session.execute(
+        select(Notification, ApiClient.callback_secret)
+        .join(ApiClient, ApiClient.id == Notification.client_id)
+        .where(
+            Notification.state == "pending",
+            Notification.next_attempt_at <= now,
+            ~exists().where(
+                and_(
+                    earlier.transaction_id == Notification.transaction_id,
+                    earlier.state == "pending",
+                    earlier.id < Notification.id,
+                )
+            ),
+        )
+        .order_by(Notification.id)
+        .limit(limit)
+    )
+    result = []
+    for notification, secret in rows:
+        session.expunge(notification)
+        result.append((notification, secret or ""))
+    return result
+
+
+async def lease(session: AsyncSession, notification: Notification, until: datetime) -> bool:
+    """Take this attempt: only one process delivers a given attempt."""
+    result = await session.execute(
+        update(Notification)
+        .where(
+            Notification.id == notification.id,
+            Notification.state == "pending",
+            Notification.next_attempt_at == notification.next_attempt_at,
+        )
+        .values(next_attempt_at=until)
+    )
+    return bool(result.rowcount)  # type: ignore[attr-defined]
+
+
+async def finish(session: AsyncSession, notification_id: int, **values: Any) -> None:
+    await session.execute(
+        update(Notification).where(Notification.id == notification_id).values(**values)
+    )

@@ -1,0 +1,97 @@
+"""The tracker: polls the executor for transactions no webhook has updated lately, so every
+transaction reaches its final status even when webhooks are off or lost — and well before
+the executor's retention deletes its record."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from queue_consumer.tracking import repository
+from relay_core.cache import StatusCache
+from relay_core.db.models import Transaction, utcnow
+from relay_core.db.transitions import touch
+from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+from relay_core.statuses import is_terminal
+from relay_core.tracking import apply_upstream, interpret
+from relay_core.views import status_entry
+
+log = logging.getLogger(__name__)
+
+
+class Tracker:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        executor: ExecutorClient,
+        cache: StatusCache | None,
+        *,
+        stale_after_s: float,
+        batch: int,
+        concurrency: int,
+    ) -> None:
+        self._sessions = sessions
+        self._executor = executor
+        self._cache = cache
+        self._stale_after = timedelta(seconds=stale_after_s)
+        self._batch = batch
+        self._limit = asyncio.Semaphore(concurrency)
+        self.missing_upstream = 0
+
+    async def run_once(self) -> int:
+        """Refresh one batch of due transactions; returns how many were looked at."""
+        async with self._sessions() as session:
+            ids = await repository.due(session, utcnow() - self._stale_after, self._batch)
+        await asyncio.gather(*(self._refresh(tx_id) for tx_id in ids))
+        return len(ids)
+
+    async def _refresh(self, transaction_id: str) -> None:
+        async with self._limit:
+            async with self._sessions() as session:
+                tx = await session.get(Transaction, transaction_id)
+            if tx is None or tx.executor_tx_id is None:
+                return
+            try:
+                upstream = await self._executor.get(tx.executor_tx_id)
+            except ExecutorError as exc:
+                if exc.kind is ErrorKind.not_found:
+                    await self._report_missing(tx)
+                else:
+                    log.info(
+                        "consumer.tracker.upstream_error",
+                        extra={"transactionId": tx.id, "error": str(exc)},
+                    )
+                return
+            view = interpret(upstream.raw)
+            if view is None:
+                return
+            for _ in range(3):
+                async with self._sessions() as session, session.begin():
+                    current = await session.get(Transaction, transaction_id)
+                    if current is None:
+                        return
+                    applied = await apply_upstream(session, current, view, source="tracker")
+                if applied:
+                    if self._cache is not None:
+                        await self._cache.put_quietly(
+                            current.id,
+                            current.version,
+                            status_entry(current),
+                            terminal=is_terminal(current.status),
+                        )
+                    return
+
+    async def _report_missing(self, tx: Transaction) -> None:
+        # Reported, never turned into "failed": the executor may have purged a finished record.
+        self.missing_upstream += 1
+        log.warning(
+            "consumer.tracker.upstream_missing",
+            extra={"transactionId": tx.id, "executorTxId": tx.executor_tx_id},
+        )
+        async with self._sessions() as session, session.begin():
+            current = await session.get(Transaction, tx.id)
+            if current is not None:
+                await touch(session, current, last_synced_at=utcnow())

@@ -1,0 +1,156 @@
+"""Status to the end without webhooks: the tracker polls the executor; client notifications
+are delivered signed, in order, and survive a failing endpoint."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from consumer_testkit import (
+    Stub,
+    rows,
+    seed_rows,
+    send_messages,
+    status_counts,
+    sync_engine,
+    wait_until,
+)
+from sqlalchemy import update
+
+from queue_consumer.notifications.service import Notifier
+from relay_core.db.engine import create_engine, create_sessionmaker
+from relay_core.db.models import ApiClient, Notification, Transaction
+from relay_core.db.transitions import transition
+from relay_core.settings import InfraSettings
+
+
+async def test_with_webhooks_off_the_tracker_alone_brings_every_transaction_to_its_end(
+    database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, run_consumer: Any
+) -> None:
+    stub.webhook(None, None)
+    stub.lifecycle(
+        paused=False,
+        delay_sent_ms=50,
+        delay_submitted_ms=50,
+        delay_mined_ms=50,
+        delay_confirmed_ms=50,
+        fail_data_marker="deadbeef",
+    )
+    good = seed_rows(database_url, 20)
+    bad = seed_rows(
+        database_url,
+        5,
+        request=lambda i: {
+            "to": "0x000000000000000000000000000000000000dEaD",
+            "data": f"0xdeadbeef{i:04x}",
+            "value": "0",
+        },
+    )
+    await send_messages(sqs, queues[0], good + bad)
+    await run_consumer(tracker_interval_s=0.2, tracker_stale_s=0.5)
+    await wait_until(
+        lambda: status_counts(database_url) == {"confirmed": 20, "failed": 5}, 60, "all final"
+    )
+    by_id = {r["id"]: r for r in rows(database_url)}
+    for tx_id in good:
+        assert by_id[tx_id]["hash"].startswith("0x")
+        assert by_id[tx_id]["confirmed_at"] is not None
+    for tx_id in bad:
+        assert by_id[tx_id]["error"]
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    fail_first = 0
+    received: list[tuple[dict[str, str], bytes, int]] = []
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        status = 500 if len(self.received) < self.fail_first else 200
+        self.received.append((dict(self.headers), body, status))
+        self.send_response(status)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def receiver() -> Iterator[tuple[str, type[_Receiver]]]:
+    handler = type("Receiver", (_Receiver,), {"received": [], "fail_first": 0})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/hooks", handler
+    finally:
+        server.shutdown()
+
+
+def _verify(secret: str, headers: dict[str, str], body: bytes) -> None:
+    parts = dict(item.split("=", 1) for item in headers["Relay-Signature"].split(","))
+    expected = hmac.new(secret.encode(), f"{parts['t']}.".encode() + body, hashlib.sha256)
+    assert hmac.compare_digest(expected.hexdigest(), parts["v1"])
+
+
+async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoint(
+    database_url: str, receiver: tuple[str, type[_Receiver]]
+) -> None:
+    url, handler = receiver
+    handler.fail_first = 3  # the endpoint is down for a while
+    secret = "whsec_test_secret"
+    ids = seed_rows(database_url, 2)
+    engine_sync = sync_engine(database_url)
+    with engine_sync.begin() as conn:
+        conn.execute(update(ApiClient).values(callback_url=url, callback_secret=secret))
+        conn.execute(update(Transaction).values(callback_url=url))
+    engine_sync.dispose()
+
+    engine = create_engine(InfraSettings(database_url=database_url))
+    sessions = create_sessionmaker(engine)
+    path = ["processing", "submitted", "mined", "confirmed"]
+    for status in path:  # the status changes, as the consumer and tracker would make them
+        for tx_id in ids:
+            async with sessions() as session, session.begin():
+                tx = await session.get(Transaction, tx_id)
+                assert tx is not None
+                assert await transition(session, tx, status, source="test", hash="0xabc")
+
+    notifier = Notifier(sessions, timeout_s=2, concurrency=4, max_age_s=600, backoff_cap_s=0.2)
+    try:
+
+        async def all_delivered() -> bool:
+            await notifier.run_once()
+            async with sessions() as session:
+                pending = (
+                    await session.execute(
+                        Notification.__table__.select().where(Notification.state != "delivered")
+                    )
+                ).all()
+            return not pending
+
+        await wait_until(all_delivered, 30, "every notification delivered")
+    finally:
+        await notifier.aclose()
+        await engine.dispose()
+
+    attempts = handler.received
+    assert len(attempts) == 2 * len(path) + 3  # once per attempt: 8 deliveries + 3 failures
+    position = dict.fromkeys(ids, 0)
+    for headers, body, status in attempts:
+        _verify(secret, headers, body)
+        payload = json.loads(body)
+        assert set(payload) == {"event", "transactionId", "status", "hash", "timestamp"}
+        tx_id = payload["transactionId"]
+        # In order per transaction: a change is retried until delivered, and nothing later
+        # for that transaction is sent meanwhile.
+        assert payload["status"] == path[position[tx_id]]
+        if status == 200:
+            position[tx_id] += 1
+    assert position == dict.fromkeys(ids, len(path))  # each change delivered exactly once

@@ -1,0 +1,65 @@
+"""Executor webhooks: verify, deduplicate, map, apply forward-only."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from relay_api.webhooks import repository
+from relay_core import jsonutil
+from relay_core.db.models import Transaction
+from relay_core.errors import BadRequest, NotFound, Unauthorized
+from relay_core.tracking import apply_upstream, interpret
+
+log = logging.getLogger(__name__)
+
+
+def verify(raw: bytes, signature: str | None, key: str | None) -> None:
+    """X-Signature is base64 HMAC-SHA256 of the exact body bytes (OZ Relayer's scheme)."""
+    if not key or not signature:
+        raise Unauthorized("missing or unverifiable X-Signature")
+    expected = base64.b64encode(hmac.new(key.encode(), raw, hashlib.sha256).digest()).decode()
+    if not hmac.compare_digest(expected.encode(), signature.strip().encode()):
+        raise Unauthorized("invalid X-Signature")
+
+
+def parse(raw: bytes) -> dict[str, Any]:
+    try:
+        body = jsonutil.loads(raw)
+    except ValueError as exc:
+        raise BadRequest("body is not JSON") from exc
+    if not isinstance(body, dict) or not isinstance(body.get("id"), str):
+        raise BadRequest("id: a webhook needs an id")
+    return body
+
+
+async def apply(session: AsyncSession, body: dict[str, Any]) -> tuple[str, Transaction | None]:
+    """Returns (outcome, row changed). The caller's unit of work commits."""
+    if body.get("event") != "transaction_update":
+        return "ignored", None
+    payload = body.get("payload") or {}
+    executor_id = payload.get("id")
+    view = interpret(payload)
+    if not isinstance(executor_id, str) or view is None:
+        raise BadRequest("payload: not a transaction update Relay understands")
+    try:
+        await repository.record_receipt(session, str(body["id"])[:64])
+    except IntegrityError:
+        await session.rollback()
+        return "duplicate", None
+    for _ in range(3):
+        tx = await repository.by_executor_id(session, executor_id)
+        if tx is None:
+            # The consumer may not have recorded the executor's id yet: refuse (nothing is
+            # kept, not even the receipt) so the executor retries; the tracker covers the rest.
+            raise NotFound("no transaction with this executor id (yet)")
+        if await apply_upstream(session, tx, view, source="webhook"):
+            return "applied", tx
+        session.expire_all()
+    raise BadRequest("the transaction kept changing; retry")

@@ -1,0 +1,217 @@
+"""Executor webhooks: signed, deduplicated, applied forward-only whatever the order."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import random
+import uuid
+from typing import Any
+
+import httpx
+import pytest
+from api_testkit import DEAD
+from sqlalchemy import select, update
+
+from relay_api.runtime import Runtime
+from relay_core import jsonutil
+from relay_core.db.models import Transaction, TransactionEvent
+from relay_core.statuses import TxStatus
+
+KEY = "webhook-signing-key-0123456789abcdef-0123"
+HOOK = "/api/v1/webhooks/oz-relayer"
+RELAYER = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+HASH_1 = "0x" + "11" * 32
+HASH_2 = "0x" + "22" * 32
+
+
+@pytest.fixture
+def settings_overrides() -> dict[str, Any]:
+    return {"webhook_signing_key": KEY, "executor_url": "http://127.0.0.1:9"}
+
+
+def signed(body: dict[str, Any], key: str = KEY) -> tuple[bytes, dict[str, str]]:
+    raw = jsonutil.dumps(body).encode()
+    signature = base64.b64encode(hmac.new(key.encode(), raw, hashlib.sha256).digest()).decode()
+    return raw, {"X-Signature": signature, "Content-Type": "application/json"}
+
+
+def update_event(executor_id: str, status: str, **fields: Any) -> dict[str, Any]:
+    return {
+        "id": str(uuid.uuid4()),
+        "event": "transaction_update",
+        "payload": {
+            "payload_type": "transaction",
+            "id": executor_id,
+            "status": status,
+            "from": RELAYER,
+            "to": DEAD,
+            "data": "0x1234",
+            "hash": fields.pop("hash", None),
+            "status_reason": fields.pop("status_reason", None),
+            "confirmed_at": fields.pop("confirmed_at", None),
+            **fields,
+        },
+        "timestamp": "2026-11-22T00:00:00Z",
+    }
+
+
+async def _submitted_tx(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> tuple[str, str]:
+    """A transaction as the consumer leaves it: submitted, executor id recorded."""
+    response = await client.post(
+        "/api/v1/relay/direct", json={"to": DEAD, "data": "0x1234"}, headers={"X-API-Key": api_key}
+    )
+    tx_id = response.json()["transactionId"]
+    executor_id = str(uuid.uuid4())
+    async with runtime.sessions() as session, session.begin():
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == tx_id)
+            .values(status="submitted", executor_tx_id=executor_id, version=Transaction.version + 1)
+        )
+    return tx_id, executor_id
+
+
+async def _post(client: httpx.AsyncClient, body: dict[str, Any]) -> httpx.Response:
+    raw, headers = signed(body)
+    return await client.post(HOOK, content=raw, headers=headers)
+
+
+async def _row(runtime: Runtime, tx_id: str) -> Transaction:
+    async with runtime.sessions() as session:
+        tx = await session.get(Transaction, tx_id)
+        assert tx is not None
+        return tx
+
+
+async def _trail(runtime: Runtime, tx_id: str) -> list[str]:
+    async with runtime.sessions() as session:
+        rows = await session.execute(
+            select(TransactionEvent.to_status)
+            .where(TransactionEvent.transaction_id == tx_id)
+            .order_by(TransactionEvent.id)
+        )
+        return [row[0] for row in rows]
+
+
+RANK = {s: i for i, s in enumerate(["pending", "processing", "submitted", "mined", "confirmed"])}
+
+
+@pytest.mark.parametrize("seed", range(6))
+async def test_shuffled_duplicated_and_replayed_webhooks_end_confirmed(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, seed: int
+) -> None:
+    tx_id, executor_id = await _submitted_tx(client, runtime, api_key)
+    lifecycle = [
+        update_event(executor_id, "pending"),
+        update_event(executor_id, "sent", hash=HASH_1),
+        update_event(executor_id, "submitted", hash=HASH_1),
+        update_event(executor_id, "mined", hash=HASH_1),
+        update_event(executor_id, "confirmed", hash=HASH_1, confirmed_at="2026-11-22T01:02:03Z"),
+    ]
+    rng = random.Random(seed)
+    deliveries = lifecycle + rng.sample(lifecycle, 3)  # duplicates: the same webhook id again
+    rng.shuffle(deliveries)
+    for body in deliveries:
+        response = await _post(client, body)
+        assert response.status_code == 200, response.text
+    # A late replay of an old status under a fresh id changes nothing either.
+    late = update_event(executor_id, "submitted", hash=None)
+    assert (await _post(client, late)).json()["status"] == "applied"
+
+    row = await _row(runtime, tx_id)
+    assert row.status == "confirmed"
+    assert row.hash == HASH_1
+    assert row.confirmed_at is not None
+    assert row.confirmed_at.isoformat().startswith("2026-11-22T01:02:03")
+    trail = await _trail(runtime, tx_id)
+    assert trail[-1] == "confirmed"
+    assert [RANK[s] for s in trail] == sorted(RANK[s] for s in trail)  # never backwards
+    assert len(trail) == len(set(trail))
+    status = await client.get(f"/api/v1/relay/status/{tx_id}", headers={"X-API-Key": api_key})
+    assert status.json()["status"] == "confirmed"
+    assert status.json()["confirmedAt"] is not None
+
+
+async def test_duplicate_webhook_id_is_acknowledged_and_not_reapplied(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    tx_id, executor_id = await _submitted_tx(client, runtime, api_key)
+    mined = update_event(executor_id, "mined", hash=HASH_1)
+    assert (await _post(client, mined)).json() == {"status": "applied"}
+    version = (await _row(runtime, tx_id)).version
+    assert (await _post(client, mined)).json() == {"status": "duplicate"}
+    assert (await _row(runtime, tx_id)).version == version
+
+
+async def test_failed_and_noop_replacements_are_final_with_their_reason(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    failed_id, failed_exec = await _submitted_tx(client, runtime, api_key)
+    reason = "Transaction reverted: receipt status 0"
+    for body in [
+        update_event(failed_exec, "failed", status_reason=reason),
+        update_event(failed_exec, "mined", hash=HASH_1),
+    ]:
+        await _post(client, body)
+    failed = await _row(runtime, failed_id)
+    assert (failed.status, failed.error) == ("failed", reason)
+
+    noop_id, noop_exec = await _submitted_tx(client, runtime, api_key)
+    noop = update_event(
+        noop_exec,
+        "confirmed",
+        hash=HASH_2,
+        to=RELAYER,
+        data="0x",
+        status_reason="Transaction is expired. Replacing with NOOP.",
+    )
+    await _post(client, noop)
+    row = await _row(runtime, noop_id)
+    assert row.status == TxStatus.expired  # a confirmed no-op means it did NOT execute
+    assert "NOOP" in (row.error or "")
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    ["wrong-key", "missing", "body-changed", "garbage"],
+)
+async def test_forged_webhooks_are_401_and_change_nothing(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, tamper: str
+) -> None:
+    tx_id, executor_id = await _submitted_tx(client, runtime, api_key)
+    before = await _row(runtime, tx_id)
+    body = update_event(executor_id, "confirmed", hash=HASH_1)
+    raw, headers = signed(body, key="another-key-0123456789abcdef-0123456789")
+    if tamper == "missing":
+        headers.pop("X-Signature")
+    elif tamper == "body-changed":
+        raw, headers = signed(body)
+        raw = raw.replace(b"confirmed", b"failed")
+    elif tamper == "garbage":
+        headers["X-Signature"] = "not base64 at all"
+    response = await client.post(HOOK, content=raw, headers=headers)
+    assert response.status_code == 401
+    assert response.json()["error"] == "unauthorized"
+    after = await _row(runtime, tx_id)
+    assert (after.status, after.version, after.hash) == (before.status, before.version, before.hash)
+
+
+async def test_webhook_for_an_unknown_executor_id_is_404_so_the_executor_retries(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    body = update_event(str(uuid.uuid4()), "mined", hash=HASH_1)
+    assert (await _post(client, body)).status_code == 404
+    # Once the consumer has recorded the id, the very same delivery is applied.
+    tx_id, _ = await _submitted_tx(client, runtime, api_key)
+    async with runtime.sessions() as session, session.begin():
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == tx_id)
+            .values(executor_tx_id=body["payload"]["id"])
+        )
+    assert (await _post(client, body)).json() == {"status": "applied"}
+    assert (await _row(runtime, tx_id)).status == "mined"
