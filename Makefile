@@ -33,7 +33,7 @@ run: install tools ## run the whole system locally (API on 127.0.0.1:$${PORT:-80
 	$(UV) run --locked relay dev
 
 .PHONY: test
-test: install tools ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
+test: install tools pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
 	$(UV) run --locked pytest
 
 .PHONY: lint
@@ -54,3 +54,53 @@ format: install ## apply ruff formatting and safe fixes
 .PHONY: clean
 clean: ## remove local state (.relay/) and tool venvs
 	rm -rf .relay .tools .pytest_cache .mypy_cache .ruff_cache
+
+# --- deploy checks ---
+# docker-compose.yml, services/*/Dockerfile and infra/ checked without a Docker engine or AWS
+# (docs/local.md, docs/deploy.md). Debian's docker-compose (v1) is used for `config` only: it
+# validates the file against the Compose schema and interpolates it with .env.example.
+COMPOSE_CHECK := docker-compose --project-directory . -f docker-compose.yml
+
+.PHONY: check-deploy
+check-deploy: install ## validate docker-compose.yml, the Dockerfiles and infra/ (no Docker needed)
+	@command -v docker-compose >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "check-deploy: needs docker-compose: sudo apt-get install docker-compose" >&2; exit 1; fi; \
+	  echo "installing docker-compose (apt)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends docker-compose >/dev/null; }
+	$(COMPOSE_CHECK) --env-file .env.example config --quiet
+	SQS_IMAGE=ministackorg/ministack $(COMPOSE_CHECK) --env-file .env.example config --quiet
+	@# no secret has a default: with an empty env file, compose must refuse to interpolate
+	@empty=$$(mktemp); trap 'rm -f "$$empty"' EXIT; \
+	  if env -i PATH="$$PATH" $(COMPOSE_CHECK) --env-file "$$empty" config --quiet 2>"$$empty.err"; then \
+	    echo "docker-compose.yml works without .env: a secret has a default" >&2; exit 1; fi; \
+	  grep -q "MYSQL_PASSWORD" "$$empty.err" || { cat "$$empty.err" >&2; rm -f "$$empty.err"; exit 1; }; \
+	  rm -f "$$empty.err"; echo "docker-compose.yml refuses to start without its secrets: ok"
+	$(UV) run --locked hadolint services/*/Dockerfile
+	$(UV) run --locked cfn-lint --include-checks I -- infra/cloudformation/*.yaml
+	$(UV) run --locked pytest -q -p no:cacheprovider tests/deploy
+
+# --- pipeline ---
+# The PySpark pipeline (services/pipeline) needs a JVM and the JDBC drivers from Debian; its
+# report test opens the HTML in Debian's chromium. Installed when missing and running as root.
+PIPELINE_APT := $(strip \
+  $(if $(shell command -v java 2>/dev/null),,default-jre-headless) \
+  $(if $(wildcard /usr/share/java/mariadb-java-client.jar),,libmariadb-java) \
+  $(if $(wildcard /usr/share/java/sqlite-jdbc.jar),,libxerial-sqlite-jdbc-java) \
+  $(if $(shell command -v chromium 2>/dev/null),,chromium))
+
+.PHONY: pipeline-deps
+pipeline-deps: ## JVM, JDBC drivers and chromium for the pipeline (apt, when missing and root)
+ifneq ($(PIPELINE_APT),)
+	@if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(PIPELINE_APT); \
+	else \
+	  echo "pipeline-deps: missing $(PIPELINE_APT); run as root: apt-get install -y $(PIPELINE_APT)" >&2; \
+	fi
+endif
+
+.PHONY: bench-pipeline
+bench-pipeline: install pipeline-deps ## pipeline report over 1 M and 10 M seeded rows, local[2] → bench/results/
+	$(UV) run --locked python services/pipeline/bench/report_bench.py --results bench/results
+# --- end pipeline ---

@@ -25,12 +25,14 @@ def consumer_env(infra_env: dict[str, Any], stub: Stub, tmp_path: Path) -> dict[
         "executor_url": stub.base_url,
         "queue_visibility_timeout_s": 4,
         "executor_timeout_s": 1.5,
-        "executor_handler_timeout_s": 2.0,
+        # The stub acts on a request as soon as it reads it; 3 s covers a starved machine.
+        "executor_handler_timeout_s": 3.0,
         "consumer_wait_time_s": 1,
         "consumer_backoff_base_s": 1.0,
         "consumer_backoff_cap_s": 2.0,
         "consumer_grace_s": 15,
         "consumer_concurrency": 64,
+        "database_pool_size": 10,
         "consumer_reaper_interval_s": 1.0,
         "consumer_heartbeat_file": str(tmp_path / "heartbeat"),
     }

@@ -190,6 +190,10 @@ class ExecutorClient:
         body = await self._call("GET", f"{self._base}/{executor_tx_id}")
         return ExecutorTx.from_api(body["data"])
 
+    async def cancel(self, executor_tx_id: str) -> ExecutorTx:
+        body = await self._call("DELETE", f"{self._base}/{executor_tx_id}")
+        return ExecutorTx.from_api(body["data"])
+
     async def list_page(self, page: int, per_page: int = 50) -> list[ExecutorTx]:
         body = await self._call("GET", self._base, params={"page": page, "per_page": per_page})
         return [ExecutorTx.from_api(item) for item in body.get("data") or []]

@@ -28,7 +28,7 @@ def create_engine(settings: InfraSettings) -> AsyncEngine:
     return create_async_engine(
         url,
         pool_size=settings.database_pool_size,
-        max_overflow=settings.database_pool_size,
+        max_overflow=settings.database_pool_size // 2,
         pool_recycle=1800,
         pool_pre_ping=False,  # a ping per checkout would double the accept path round trips
         pool_timeout=settings.database_pool_timeout_s,

@@ -11,8 +11,10 @@ The exactly-once argument, step by step:
    transactions created since that stamp and adopts a match (to, data, value) not already
    recorded against another row. It resubmits only once the earlier call can no longer be
    acted upon and the list shows nothing. "Can no longer" is bounded: an attempt never starts
-   its executor call later than ``consumer_submit_budget_s`` after its stamp, and the
-   executor stops acting on a request after ``executor_handler_timeout_s``.
+   its executor call later than ``consumer_submit_budget_s`` after its stamp, the whole call
+   (pool, connect, send, answer) is cut off after ``executor_timeout_s``, and the executor
+   stops acting on a request after ``executor_handler_timeout_s``. Should those bounds ever be
+   broken anyway, the late duplicate is detected when it answers and canceled at the executor.
 4. Two holders of the same message (its visibility lapsed while the first was still working)
    do not both proceed: an active claim by the same message makes the second one wait.
 """
@@ -78,7 +80,7 @@ class TransactionProcessor:
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
         self._submit_budget = timedelta(seconds=settings.consumer_submit_budget_s)
         self._settle = self._submit_budget + timedelta(
-            seconds=settings.executor_handler_timeout_s + 1
+            seconds=settings.executor_timeout_s + settings.executor_handler_timeout_s + 1
         )
         self._fault = os.environ.get("RELAY_CONSUMER_FAULT", "") if settings.is_dev else ""
 
@@ -135,6 +137,15 @@ class TransactionProcessor:
         )
         if not claimed:
             return Outcome.done("lost_claim")  # someone else moved it; their message decides
+        log.debug(
+            "consumer.claimed",
+            extra={
+                "transactionId": tx.id,
+                "owner": owner,
+                "stamp": str(tx.submit_started_at),
+                "inDoubtSince": str(previous_start),
+            },
+        )
 
         if previous_start is not None:
             return await self._resolve_in_doubt(
@@ -146,13 +157,28 @@ class TransactionProcessor:
         started = tx.submit_started_at
         if started is None or utcnow() - started > self._submit_budget:
             # Too late to call the executor under this stamp: the in-doubt rule assumes the
-            # call starts within the budget. Nothing was sent; a later attempt settles it.
-            await self._write(tx, tx.status, claimed_by=None)
+            # call starts within the budget. Nothing was sent, so the stamp is withdrawn (the
+            # version check makes sure it is still ours) and the retry is a plain submit.
+            await self._write(tx, tx.status, submit_started_at=None, claimed_by=None)
             return Outcome(Failure.transient, "submit budget exceeded", action="late_submit")
+        log.debug(
+            "consumer.submit.started",
+            extra={"transactionId": tx.id, "owner": owner, "stamp": str(started)},
+        )
         try:
-            result = await self.executor.submit(self.executor_payload(tx))
+            # One deadline for the whole call, so the in-doubt window has a known end.
+            result = await asyncio.wait_for(
+                self.executor.submit(self.executor_payload(tx)), self.settings.executor_timeout_s
+            )
+        except TimeoutError:
+            exc = ExecutorError(ErrorKind.timeout, "executor did not answer in time")
+            return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
         except ExecutorError as exc:
             return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
+        log.debug(
+            "consumer.submit.answered",
+            extra={"transactionId": tx.id, "owner": owner, "executorTxId": result.id},
+        )
         if self._fault == "exit-after-submit":
             os._exit(70)  # fault injection for the crash tests: die before recording
         await self._record_submitted(tx, result)
@@ -207,6 +233,10 @@ class TransactionProcessor:
         if wait_s > 0:
             await asyncio.sleep(wait_s)  # last chance: wait here rather than lose the message
         found = await self._find_at_executor(tx, started)
+        log.debug(
+            "consumer.in_doubt.looked_up",
+            extra={"transactionId": tx.id, "stamp": str(started), "found": found and found.id},
+        )
         if found is not None:
             await self._record_submitted(tx, found)
             return Outcome.done("adopted")
@@ -346,17 +376,28 @@ class TransactionProcessor:
                 return
             if current.executor_tx_id is not None:
                 if current.executor_tx_id != result.id:
-                    log.error(
-                        "consumer.double_submission",
-                        extra={
-                            "transactionId": tx.id,
-                            "recorded": current.executor_tx_id,
-                            "also": result.id,
-                        },
-                    )
+                    await self._cancel_surplus(tx.id, current.executor_tx_id, result.id)
                 return
             tx = current
         raise RuntimeError("could not record the executor's answer")
+
+    async def _cancel_surplus(self, transaction_id: str, recorded: str, surplus: str) -> None:
+        """A second executor transaction for one of ours: the timing bounds were broken.
+        Cancel the surplus one at the executor (a pending transaction is canceled at once)."""
+        try:
+            await self.executor.cancel(surplus)
+            outcome = "canceled"
+        except ExecutorError as exc:
+            outcome = f"cancel failed: {exc}"
+        log.error(
+            "consumer.double_submission",
+            extra={
+                "transactionId": transaction_id,
+                "recorded": recorded,
+                "surplus": surplus,
+                "outcome": outcome,
+            },
+        )
 
     async def _finish(
         self, tx: Transaction, status: TxStatus, reason: str, *, source: str = SOURCE, **values: Any

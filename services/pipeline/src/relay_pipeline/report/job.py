@@ -1,0 +1,133 @@
+"""``relay-pipeline report``: read → per-transaction lifecycles → tables, summary, page."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from pyspark import StorageLevel
+from pyspark.sql import DataFrame, SparkSession
+
+from relay_pipeline.anomalies.job import find_anomalies, write_anomalies
+from relay_pipeline.anomalies.service import Thresholds
+from relay_pipeline.history.lifecycle import lifecycles
+from relay_pipeline.history.repository import ArchiveReader, JdbcReader, read_history
+from relay_pipeline.history.window import Window, utcnow
+from relay_pipeline.progress import Progress
+from relay_pipeline.report import page, service
+from relay_pipeline.storage import Storage
+
+STEPS = 6
+
+
+@dataclass(frozen=True)
+class ReportRequest:
+    window: Window
+    out_dir: str
+    now: datetime
+    thresholds: Thresholds
+    anomaly_limit: int = 1000
+
+
+def describe_inputs(jdbc: JdbcReader | None, archive: ArchiveReader | None) -> dict[str, Any]:
+    parts = []
+    if jdbc is not None:
+        parts.append(jdbc.db.display)
+    if archive is not None:
+        parts.append(f"archive {archive.path}")
+    return {
+        "database": jdbc.db.display if jdbc is not None else None,
+        "archive": archive.path if archive is not None else None,
+        "describe": " + ".join(parts),
+    }
+
+
+def _write(df: DataFrame, path: str) -> DataFrame:
+    df.coalesce(1).write.mode("overwrite").parquet(path)
+    return df.sparkSession.read.parquet(path)
+
+
+def run_report(
+    spark: SparkSession,
+    jdbc: JdbcReader | None,
+    archive: ArchiveReader | None,
+    request: ReportRequest,
+    progress: Progress,
+) -> dict[str, Any]:
+    began = time.monotonic()
+    out = request.out_dir.rstrip("/")
+    storage = Storage(spark)
+    storage.mkdirs(out)
+    history = read_history(jdbc, archive, request.window)
+
+    with progress.step("reading history and event trails"):
+        per_tx = lifecycles(history.transactions, history.events).persist(
+            StorageLevel.MEMORY_AND_DISK
+        )
+        transactions = per_tx.count()
+    try:
+        with progress.step(f"aggregating {transactions:,} transactions per hour"):
+            hourly = _write(service.hourly(per_tx), f"{out}/hourly")
+        with progress.step("attempts and failure reasons"):
+            attempts = _write(service.attempts_histogram(per_tx), f"{out}/attempts")
+            reasons = _write(service.failure_reasons(per_tx), f"{out}/failure_reasons")
+        with progress.step("stage latency percentiles"):
+            stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
+        with progress.step("anomaly scan"):
+            anomalies = write_anomalies(
+                find_anomalies(per_tx, jdbc, request.window, request.now, request.thresholds),
+                storage,
+                out,
+                request.anomaly_limit,
+            )
+        with progress.step("summary and charts"):
+            summary: dict[str, Any] = {
+                "window": {
+                    "since": request.window.since.isoformat(sep=" "),
+                    "until": request.window.until.isoformat(sep=" "),
+                },
+                "generated_at": utcnow().isoformat(sep=" ", timespec="seconds"),
+                "now": request.now.isoformat(sep=" ", timespec="seconds"),
+                "inputs": describe_inputs(jdbc, archive),
+                "totals": service.totals(hourly).as_dict(),
+                "stage_latency_ms": service.stage_summary(stages),
+                "top_failure_reasons": service.top_failure_reasons(reasons),
+                "attempts_histogram": service.attempts_overall(attempts),
+                "throughput_per_hour": service.throughput(hourly),
+                "by_client": service.by_client(hourly),
+                "anomalies": anomalies.as_dict(),
+                "tables": {
+                    name: f"{name}/"
+                    for name in (
+                        "hourly",
+                        "attempts",
+                        "failure_reasons",
+                        "stage_latency",
+                        "anomalies",
+                    )
+                },
+            }
+            summary["elapsed_s"] = round(time.monotonic() - began, 2)
+            storage.write_text(f"{out}/summary.json", json.dumps(summary, indent=2, default=str))
+            storage.write_text(f"{out}/report.html", page.render(summary))
+    finally:
+        per_tx.unpersist()
+    return summary
+
+
+def default_thresholds(
+    enqueue_grace_min: float,
+    visibility_timeout_s: float,
+    processing_grace_s: float,
+    stale_inflight_min: float,
+) -> Thresholds:
+    from datetime import timedelta
+
+    return Thresholds(
+        enqueue_grace=timedelta(minutes=enqueue_grace_min),
+        processing_timeout=timedelta(seconds=visibility_timeout_s + processing_grace_s),
+        stale_inflight=timedelta(minutes=stale_inflight_min),
+    )

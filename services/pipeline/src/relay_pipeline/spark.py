@@ -1,0 +1,74 @@
+"""The SparkSession: one per process, configured the same way on a laptop and on a cluster."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+from relay_pipeline.settings import PipelineSettings
+
+# Naive UTC DATETIME values must reach Spark unshifted: the JDBC drivers convert through the
+# JVM's default zone and Spark renders through the session zone, so both are pinned to UTC.
+UTC_JAVA_OPTIONS = "-Duser.timezone=UTC"
+
+
+def driver_jars(settings: PipelineSettings) -> list[str]:
+    """The JDBC driver jars that exist here (missing ones are expected on the classpath)."""
+    jars = []
+    for jar in (settings.mariadb_jar, settings.sqlite_jar):
+        if jar and Path(jar).is_file():
+            jars.append(str(Path(jar).resolve()))
+    return jars
+
+
+def launched_by_spark_submit() -> bool:
+    """True when spark-submit started this Python process (it then owns master and jars)."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def build_session(
+    settings: PipelineSettings,
+    *,
+    app_name: str = "relay-pipeline",
+    master: str | None = None,
+    conf: Mapping[str, str] | None = None,
+    extra_jars: Iterable[str] = (),
+) -> SparkSession:
+    """Get or create the process's SparkSession.
+
+    Under ``spark-submit`` the master and jars given there win; ``--master``/settings only
+    apply when this process starts Spark itself.
+    """
+    builder = SparkSession.builder.appName(app_name)
+    chosen = master or settings.spark_master
+    local = chosen.startswith("local")
+    if not launched_by_spark_submit():
+        builder = builder.master(chosen)
+        jars = [*driver_jars(settings), *extra_jars]
+        if jars:
+            builder = builder.config("spark.jars", ",".join(jars))
+        if local:
+            # Embedded mode talks to itself only: keep every socket on loopback.
+            builder = builder.config("spark.driver.host", "127.0.0.1").config(
+                "spark.driver.bindAddress", "127.0.0.1"
+            )
+    defaults = {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": UTC_JAVA_OPTIONS,
+        "spark.executor.extraJavaOptions": UTC_JAVA_OPTIONS,
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.sources.partitionOverwriteMode": "dynamic",
+        "spark.sql.parquet.compression.codec": "zstd",
+        # Readable by every Parquet tool (Arrow, Athena, DuckDB), microseconds kept.
+        "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    }
+    for key, value in {**defaults, **(conf or {})}.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("WARN")
+    return session

@@ -1,0 +1,244 @@
+"""`make run` as a user runs it: a real process tree on a fresh state directory.
+
+Starts `make run` from a temporary working directory (the Makefile is found with `make -C`,
+all state goes to a temporary RELAY_STATE_DIR), submits a transaction over HTTP, waits until
+the consumer has submitted it to the relayer-stub, then presses "Ctrl-C" (SIGINT to the
+foreground process group, as a terminal does) and checks that every process of the tree is
+gone within the grace period. A second `make run` on the same directory must find the same
+database: the first transaction is still there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import botocore.session
+import httpx
+import pytest
+
+from relay_core.localsqs import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+STARTUP_S = 60.0  # make run installs nothing on a synced checkout; start-up is ~10 s here
+SUBMITTED_S = 20.0
+# relay dev stops the API, then the consumer (draining, RELAY_CONSUMER_GRACE_S=20 in dev),
+# then the executor and SQS; 30 s is devserver.GRACE_S, the longest it waits for any child.
+STOP_GRACE_S = 30.0
+SUBMITTED_OR_LATER = {"submitted", "mined", "confirmed"}
+# Settings that would point `make run` at something other than its embedded defaults.
+INHERITED_OVERRIDES = ("DATABASE_URL", "REDIS_URL", "AWS_ENDPOINT_URL", "PORT", "MAKEFLAGS")
+
+
+@dataclass
+class MakeRun:
+    process: subprocess.Popen[bytes]
+    log: Path
+    port: int
+    seen: dict[int, str] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+
+def _clean_env(state_dir: Path, port: int) -> dict[str, str]:
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("RELAY_", "STUB_", "MAKE", "MFLAGS"))
+        and name not in INHERITED_OVERRIDES
+    }
+    env.update(RELAY_STATE_DIR=str(state_dir), PORT=str(port))
+    return env
+
+
+def _children() -> dict[int, list[int]]:
+    tree: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return (Path("/proc") / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _descendants(root: int) -> dict[int, str]:
+    """Every live process below ``root``, including those in sessions of their own."""
+    tree = _children()
+    found: dict[int, str] = {}
+    stack = [root]
+    while stack:
+        for child in tree.get(stack.pop(), []):
+            found[child] = _cmdline(child)
+            stack.append(child)
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def _start(workdir: Path, state_dir: Path, log: Path) -> MakeRun:
+    port = free_port()
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["make", "--no-print-directory", "-C", str(ROOT), "run"],
+            cwd=workdir,
+            env=_clean_env(state_dir, port),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group, like a shell job
+        )
+    run = MakeRun(process=process, log=log, port=port)
+    deadline = time.monotonic() + STARTUP_S
+    while "Relay is running" not in run.output() or "  curl -s " not in run.output():
+        if process.poll() is not None or time.monotonic() > deadline:
+            _interrupt(run)
+            pytest.fail(f"make run did not print its banner:\n{run.output()[-4000:]}")
+        time.sleep(0.2)
+    run.seen = _descendants(process.pid)
+    return run
+
+
+def _interrupt(run: MakeRun) -> float:
+    """Ctrl-C: SIGINT to the foreground process group. Returns the seconds until every
+    process of the tree (as last seen) had exited."""
+    run.seen |= _descendants(run.process.pid)
+    started = time.monotonic()
+    if run.process.poll() is None:
+        os.killpg(run.process.pid, signal.SIGINT)
+    deadline = started + STOP_GRACE_S
+    while time.monotonic() < deadline:
+        run.process.poll()
+        if not any(_alive(pid) for pid in [run.process.pid, *run.seen]):
+            return time.monotonic() - started
+        time.sleep(0.1)
+    left = {pid: cmd for pid, cmd in run.seen.items() if _alive(pid)}
+    for pid in left:  # do not leak processes into the rest of the test session
+        os.kill(pid, signal.SIGKILL)
+    pytest.fail(f"still running {STOP_GRACE_S:.0f} s after Ctrl-C: {left}")
+
+
+def _banner_key(output: str) -> str:
+    match = re.search(r"^\s+dev key\s+(\S+)\s*$", output, re.MULTILINE)
+    assert match, output
+    return match.group(1)
+
+
+def _redrive_target(banner: str) -> str:
+    """The DLQ the local SQS server's work queue redrives to (SQS must be on loopback)."""
+    match = re.search(r"^\s+SQS\s+(http://127\.0\.0\.1:\d+)\s", banner, re.MULTILINE)
+    assert match, banner
+    sqs = botocore.session.get_session().create_client(
+        "sqs",
+        endpoint_url=match.group(1),
+        region_name="us-east-1",
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    url = sqs.get_queue_url(QueueName="relay-transactions")["QueueUrl"]
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    return str(json.loads(attributes["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"])
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Iterator[Path]:
+    work = tmp_path / "cwd"
+    work.mkdir()
+    yield work
+    # make run must not write into the directory it was started from
+    assert list(work.iterdir()) == []
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
+    tmp_path: Path, workdir: Path
+) -> None:
+    state = tmp_path / "state"
+    run = _start(workdir, state, tmp_path / "run1.log")
+    try:
+        banner = run.output()
+        key = _banner_key(banner)
+        assert f"API        {run.base}" in banner
+        assert f"curl -s -X POST {run.base}/api/v1/relay/direct -H 'X-API-Key: {key}'" in banner
+        assert "redis      off" in banner  # Redis only when REDIS_URL is set
+        assert f"sqlite:///{state / 'relay.db'}" in banner
+        commands = " | ".join(run.seen.values())
+        for part in (
+            "ministack",
+            "relayer_stub.main",
+            "queue_consumer.main",
+            "relay_api.cli serve",
+        ):
+            assert part in commands, f"{part} not in the process tree: {run.seen}"
+
+        assert _redrive_target(banner).endswith(":relay-transactions-dlq")
+
+        headers = {"X-API-Key": key, "Idempotency-Key": "make-run-test"}
+        accepted = httpx.post(
+            f"{run.base}/api/v1/relay/direct",
+            headers=headers,
+            json={"to": "0x000000000000000000000000000000000000dEaD", "value": "1", "data": "0x"},
+            timeout=10,
+        )
+        assert accepted.status_code == 202, accepted.text
+        transaction_id = accepted.json()["transactionId"]
+
+        status: dict[str, object] = {}
+        deadline = time.monotonic() + SUBMITTED_S
+        while time.monotonic() < deadline:
+            status = httpx.get(
+                f"{run.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
+            ).json()
+            if status.get("status") in SUBMITTED_OR_LATER:
+                break
+            time.sleep(0.2)
+        assert status.get("status") in SUBMITTED_OR_LATER, status
+        assert status.get("submittedAt"), status
+    finally:
+        took = _interrupt(run)
+    output = run.output()
+    assert took < STOP_GRACE_S
+    assert "consumer.stopped" in output  # the consumer drained and said so
+    assert re.search(r'"abandoned":\s*0', output), output[-3000:]
+    assert re.search(r"^stopped$", output, re.MULTILINE), output[-2000:]
+
+    # A second `make run` on the same state directory reuses the database and the dev key.
+    again = _start(workdir, state, tmp_path / "run2.log")
+    try:
+        assert _banner_key(again.output()) == key
+        reread = httpx.get(
+            f"{again.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
+        )
+        assert reread.status_code == 200, reread.text
+        assert reread.json()["status"] in SUBMITTED_OR_LATER
+    finally:
+        _interrupt(again)
