@@ -36,6 +36,10 @@ run: install tools ## run the whole system locally (API on 127.0.0.1:$${PORT:-80
 test: install tools pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
 	$(UV) run --locked pytest
 
+.PHONY: test-stress
+test-stress: install tools ## the load tests (1,000 transactions through two consumers)
+	$(UV) run --locked pytest -m stress services/queue-consumer/tests
+
 .PHONY: lint
 lint: install ## ruff (lint + format check) and mypy
 	$(UV) run --locked ruff check .
@@ -104,3 +108,23 @@ endif
 bench-pipeline: install pipeline-deps ## pipeline report over 1 M and 10 M seeded rows, local[2] → bench/results/
 	$(UV) run --locked python services/pipeline/bench/report_bench.py --results bench/results
 # --- end pipeline ---
+
+# --- bench ---
+# Relay benchmarks (docs/performance.md): ceilings (SQS receive+delete, MariaDB INSERT+COMMIT,
+# a bare FastAPI endpoint) measured first in the same run, then the consumer, the accept path,
+# status tiers and pickup latency; JSON + markdown in bench/results/. Needs MariaDB and Redis
+# on 127.0.0.1 (as `make test`); starts its own SQS server (ministack) and relayer-stub.
+BENCH := $(UV) run --locked python -m bench
+
+.PHONY: bench
+bench: install tools ## benchmarks against same-run ceilings (<= 10 min) → bench/results/
+	$(BENCH)
+
+.PHONY: bench-smoke
+bench-smoke: install tools ## every benchmark scenario at tiny scale, no thresholds (CI)
+	$(BENCH) --smoke
+
+.PHONY: bench-profile
+bench-profile: install tools ## py-spy profiles of the consumer and the API accept path
+	$(BENCH) --profile
+# --- end bench ---

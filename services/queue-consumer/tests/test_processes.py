@@ -33,6 +33,7 @@ def _exactly_once(stub: Stub, database_url: str, expected: int) -> None:
     assert recorded == {entry["id"] for entry in entries}
 
 
+@pytest.mark.stress
 @pytest.mark.timeout(600)
 async def test_one_thousand_transactions_through_two_consumer_processes(
     database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, spawn_consumer: Any

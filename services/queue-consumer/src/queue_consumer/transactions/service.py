@@ -106,9 +106,11 @@ class TransactionProcessor:
             and tx.claimed_at is not None
             and now - tx.claimed_at < self._active_claim
         ):
-            if tx.claimed_by.split("@", 1)[0] == message_id:
+            if tx.claimed_by.split("@", 1)[0] == message_id and not last_receive:
                 # This very message is still being worked on elsewhere (its visibility
-                # lapsed): wait for that attempt rather than race it.
+                # lapsed): wait for that attempt rather than race it. (On the last receive
+                # the message is let go instead of dead-lettered: the holder finishes the
+                # row, and the reaper backs it up if it cannot.)
                 remaining = (tx.claimed_at + self._active_claim - now).total_seconds()
                 return Outcome(
                     Failure.transient,
@@ -136,7 +138,7 @@ class TransactionProcessor:
             submit_started_at=previous_start or now,
         )
         if not claimed:
-            return Outcome.done("lost_claim")  # someone else moved it; their message decides
+            return await self._lost_claim(transaction_id, last_receive)
         log.debug(
             "consumer.claimed",
             extra={
@@ -254,8 +256,31 @@ class TransactionProcessor:
             return Outcome(Failure.permanent, "in doubt beyond retention", action="in_doubt_failed")
         # Certain now: the executor does not have it. Submit afresh.
         if not await self._write(tx, tx.status, submit_started_at=utcnow(), claimed_by=owner):
-            return Outcome.done("lost_claim")
+            return await self._lost_claim(tx.id, last_receive)
         return await self._submit(tx, owner, last_receive=last_receive)
+
+    async def _lost_claim(self, transaction_id: str, last_receive: bool) -> Outcome:
+        """Someone changed the row between our read and our claim. Only a finished row lets
+        this message go; otherwise it comes back shortly and is decided afresh (deleting it
+        could leave the row with no message at all)."""
+        async with self.sessions() as session:
+            current = await repository.load(session, transaction_id)
+        if (
+            current is None
+            or is_terminal(current.status)
+            or current.status
+            in (
+                TxStatus.submitted,
+                TxStatus.mined,
+            )
+        ):
+            return Outcome.done("lost_claim")
+        return Outcome(
+            Failure.transient,
+            "claim lost to a concurrent writer",
+            retry_after_s=1,
+            action="lost_claim_retry",
+        )
 
     async def _give_up(self, tx: Transaction, reason: str) -> Outcome:
         await self._finish(

@@ -1,0 +1,298 @@
+"""Scenarios against one relay API process (``bench.servers api``: the real app, served like
+``relay serve``, with database round trips counted from outside):
+
+- pickup latency at light load: POST at a low rate with one consumer running; commit → claim
+  is the row's ``created_at`` (set just before the INSERT, so it errs high by the commit) to
+  its first ``processing`` event;
+- status lookups per tier (Redis hit, MySQL with Redis empty, upstream refresh), each request
+  checked to have been answered by the tier it measures (``X-Cache``);
+- the accept path at fixed offered rates from the load generator process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from sqlalchemy import create_engine, text
+
+from bench import infra, procstat, profiling
+from bench.infra import Run, check
+from bench.loadgen import latency_summary
+from relay_core import apikeys
+from relay_core.db.models import utcnow
+
+BODY = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
+
+
+@dataclass
+class ApiServer:
+    process: Any
+    port: int
+    database_url: str
+    queue_name: str
+    key: str
+    client_id: str
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    async def db_counts(self, reset: bool = False) -> dict[str, Any]:
+        # After an overload the server may still be working through its backlog.
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=120) as http:
+            if reset:
+                response = await http.post("/__bench/db/reset")
+            else:
+                response = await http.get("/__bench/db")
+            response.raise_for_status()
+            return dict(response.json())
+
+    async def ready(self, run: Run) -> bool:
+        await run.wait_http(f"{self.base_url}/health", self.process)
+        return True
+
+    def spec(self, **fields: Any) -> dict[str, Any]:
+        return {
+            "port": self.port,
+            "headers": {"X-API-Key": self.key, "Content-Type": "application/json"},
+            "connections": 256,
+            "timeout_s": 5.0,
+            **fields,
+        }
+
+
+async def start_api_server(run: Run, label: str) -> ApiServer:
+    """Scratch database, queues, a client key, and the API process (not yet answering)."""
+    database_url = run.database(label)
+    queue_name = f"bench-{run.run_id}-{label}"
+    key = apikeys.generate_key()
+    client_id = infra.create_client(database_url, key)
+    async with run.sqs_client(queue_name) as sqs:
+        await run.create_queues(sqs, queue_name)
+    process, port = run.spawn_server(f"api-{label}", "api", run.api_env(database_url, queue_name))
+    return ApiServer(process, port, database_url, queue_name, key, client_id)
+
+
+async def stop_api_server(run: Run, server: ApiServer) -> None:
+    await run.stop_async(server.process)
+    run.drop_database(server.database_url)
+
+
+def _query(database_url: str, sql: str, **params: Any) -> list[Any]:
+    engine = create_engine(infra.sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(text(sql), params))
+    finally:
+        engine.dispose()
+
+
+# --- pickup ------------------------------------------------------------------------------
+
+
+def start_pickup_consumer(run: Run, server: ApiServer) -> Any:
+    return run.spawn_consumer(
+        server.database_url,
+        server.queue_name,
+        0,
+        tracker_enabled="false",
+        notify_enabled="false",
+    )
+
+
+async def pickup(
+    run: Run, server: ApiServer, *, samples: int, rate: float, consumer: Any = None
+) -> dict[str, Any]:
+    assert run.stub is not None
+    await infra.stub_configure(run.stub, 0)
+    consumer = consumer or start_pickup_consumer(run, server)
+    try:
+        await run.wait_consumer_polling(server.queue_name, 0, consumer)
+        await asyncio.sleep(1.0)  # every poller is inside its long poll
+        since: datetime = utcnow()
+        load = await infra.run_loadgen(
+            run,
+            server.spec(
+                method="POST",
+                path="/api/v1/relay/direct",
+                body=BODY,
+                rate=rate,
+                count=samples,
+                expect_status=[202],
+            ),
+            "pickup",
+        )
+        check(load["error_count"] == 0, f"pickup: accept errors {load['errors']}")
+        sql = (
+            "SELECT t.id, t.created_at, MIN(e.created_at) FROM transactions t "
+            "LEFT JOIN transaction_events e ON e.transaction_id = t.id "
+            "AND e.to_status = 'processing' WHERE t.created_at >= :since GROUP BY t.id"
+        )
+        deadline = time.monotonic() + 60
+        while True:
+            rows = _query(server.database_url, sql, since=since)
+            if len(rows) >= samples and all(r[2] is not None for r in rows):
+                break
+            check(time.monotonic() < deadline, f"pickup: only {len(rows)} rows claimed in 60 s")
+            check(consumer.poll() is None, "pickup: the consumer exited")
+            await asyncio.sleep(0.25)
+    finally:
+        await run.stop_async(consumer, 60)
+    pickups = [(claimed - created).total_seconds() * 1000 for _, created, claimed in rows]
+    return {
+        "samples": len(pickups),
+        "offered_rate": rate,
+        "pickup_ms": latency_summary(pickups),
+        "accept_latency_ms": load["latency_ms"],
+    }
+
+
+# --- status tiers --------------------------------------------------------------------------
+
+
+async def status_tiers(
+    run: Run,
+    server: ApiServer,
+    *,
+    hit: tuple[int, float],
+    miss: tuple[int, float],
+    upstream: tuple[int, float],
+) -> dict[str, Any]:
+    assert run.stub is not None
+    await infra.stub_configure(run.stub, 0)
+    db = server.database_url
+    hot = infra.seed_rows(db, 100, client_id=server.client_id, status="confirmed")
+    cold = infra.seed_rows(
+        db, miss[0], client_id=server.client_id, status="confirmed", start_index=10**6
+    )
+    executor_ids = await infra.submit_to_stub(run.stub, upstream[0])
+    stale = infra.seed_rows(
+        db,
+        upstream[0],
+        client_id=server.client_id,
+        status="submitted",
+        executor_ids=executor_ids,
+        start_index=2 * 10**6,
+    )
+
+    def paths(ids: list[str]) -> list[str]:
+        return [f"/api/v1/relay/status/{tx_id}" for tx_id in ids]
+
+    # Fill Redis for the hit tier (each first read is a miss that backfills).
+    primed = await infra.run_loadgen(
+        run,
+        server.spec(
+            method="GET",
+            paths=paths(hot),
+            rate=200,
+            count=len(hot),
+            expect_status=[200],
+            expect_header={"X-Cache": "miss"},
+        ),
+        "status-prime",
+    )
+    check(primed["error_count"] == 0, f"status: priming reads failed {primed['errors']}")
+    results: dict[str, Any] = {}
+    for tier, ids, (count, rate) in (
+        ("hit", hot, hit),
+        ("miss", cold, miss),
+        ("upstream", stale, upstream),
+    ):
+        await server.db_counts(reset=True)
+        result = await infra.run_loadgen(
+            run,
+            server.spec(
+                method="GET",
+                paths=paths(ids),
+                rate=rate,
+                count=count,
+                expect_status=[200],
+                expect_header={"X-Cache": tier},
+            ),
+            f"status-{tier}",
+        )
+        counts = await server.db_counts()
+        check(
+            result["error_count"] == 0,
+            f"status {tier}: {result['errors']} (answers by tier: {result['header_values']})",
+        )
+        result["db_round_trips_per_request"] = round(
+            counts["totals"]["request"] / max(result["completed"], 1), 2
+        )
+        result["db_round_trips"] = counts["round_trips"]["request"]
+        results[tier] = result
+    return results
+
+
+# --- accept path -------------------------------------------------------------------------
+
+
+async def accept_path(
+    run: Run,
+    server: ApiServer,
+    *,
+    rates: list[int],
+    duration_s: float,
+    warmup_s: float,
+    profile_dir: Path | None = None,
+    profile_rate: int | None = None,
+) -> list[dict[str, Any]]:
+    post = {"method": "POST", "path": "/api/v1/relay/direct", "body": BODY, "expect_status": [202]}
+    warm = await infra.run_loadgen(
+        run, server.spec(**post, rate=100, duration_s=warmup_s), "accept-warmup"
+    )
+    check(warm["ok"] > 0, f"accept: warm-up failed {warm['errors']}")
+    levels = []
+    watched = {"api": server.process.pid} | run.server_pids()
+    for rate in rates:
+        await server.db_counts(reset=True)
+        cpu_before = {k: procstat.cpu_seconds(p) or 0.0 for k, p in watched.items()}
+        profiler = None
+        if profile_dir is not None and rate == profile_rate:
+            profiler = profiling.start(server.process.pid, profile_dir / f"api-accept-{rate}.txt")
+        try:
+            result = await infra.run_loadgen(
+                run, server.spec(**post, rate=rate, duration_s=duration_s), f"accept-{rate}"
+            )
+        finally:
+            if profiler is not None:
+                profiling.stop(profiler)
+        await asyncio.sleep(1.0)  # the publisher marks rows enqueued after the send
+        counts = await server.db_counts()
+        cpu = {
+            k: round((procstat.cpu_seconds(p) or 0.0) - cpu_before[k], 2)
+            for k, p in watched.items()
+        }
+        accepted = int(counts["http_requests"].get("POST /api/v1/relay/direct 202", 0))
+        request_trips = counts["totals"]["request"]
+        background_trips = counts["totals"]["background"]
+        result.update(
+            {
+                "accepted": accepted,
+                "db_round_trips_per_accepted": {
+                    "request_path": round(request_trips / max(accepted, 1), 3),
+                    "background": round(background_trips / max(accepted, 1), 3),
+                    "total": round((request_trips + background_trips) / max(accepted, 1), 3),
+                },
+                "db_round_trips": counts["round_trips"],
+                "db_connects": counts["connects"],
+                "cpu_s": cpu,
+                "api_cpu_ms_per_request": round(1000 * cpu["api"] / max(accepted, 1), 3),
+            }
+        )
+        levels.append(result)
+    pending = _query(
+        server.database_url,
+        "SELECT COUNT(*) FROM transactions WHERE enqueued_at IS NULL AND status = 'pending'",
+    )[0][0]
+    check(all(level["accepted"] > 0 for level in levels), "accept: a level accepted nothing")
+    for level in levels:
+        level["rows_not_yet_enqueued_after_all_levels"] = int(pending)
+    return levels

@@ -1,0 +1,196 @@
+"""Ceilings, measured in the same run on the same servers as the relay itself:
+
+- SQS: raw ReceiveMessage(10) + DeleteMessageBatch with the consumer's number of pollers,
+  aioboto3 and nothing else (same client config and receive arguments as the consumer);
+- MariaDB: single-row INSERT + COMMIT of a transactions row at a given concurrency, asyncmy
+  (the relay's driver) and nothing else;
+- HTTP: a bare FastAPI endpoint on one uvicorn worker, served like ``relay serve``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import time
+import uuid
+from typing import Any
+
+import asyncmy
+from sqlalchemy.engine import make_url
+
+from bench import infra
+from bench.infra import Run, check
+from bench.measure import Sampler
+
+
+async def sqs_ceiling(run: Run, messages: int, pollers: int) -> dict[str, Any]:
+    queue_name = f"bench-{run.run_id}-ceiling-p{pollers}"
+    async with run.sqs_client(queue_name) as sqs:
+        queue_url, _ = await run.create_queues(sqs, queue_name)
+        await infra.send_messages(sqs, queue_url, [str(uuid.uuid4()) for _ in range(messages)])
+        check(
+            await infra.queue_remaining(sqs, queue_url) == messages,
+            "SQS ceiling: preload did not land",
+        )
+    assert run.sqs is not None
+    sampler = Sampler({"harness (aioboto3)": os.getpid(), "sqs": run.sqs.process.pid})
+    done = 0
+    finished = asyncio.Event()
+    async with run.sqs_client(queue_name) as sqs:
+        last_take = 0.0
+        sampler.take(0)
+
+        async def poller() -> None:
+            nonlocal done, last_take
+            while not finished.is_set():
+                response = await sqs.receive_message(
+                    QueueUrl=queue_url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=1,
+                    AttributeNames=["ApproximateReceiveCount"],
+                    MessageAttributeNames=["All"],
+                )
+                batch = response.get("Messages", [])
+                if not batch:
+                    continue
+                entries = [
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(batch)
+                ]
+                deleted = await sqs.delete_message_batch(QueueUrl=queue_url, Entries=entries)
+                done += len(deleted.get("Successful", []))
+                now = time.perf_counter()
+                if now - last_take >= 0.1 or done >= messages:
+                    last_take = now
+                    sampler.take(done)
+                if done >= messages:
+                    finished.set()
+
+        tasks = [asyncio.create_task(poller()) for _ in range(pollers)]
+        try:
+            await asyncio.wait_for(finished.wait(), timeout=max(60.0, messages / 20))
+        except TimeoutError:
+            sampler.take(done)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        await sqs.delete_queue(QueueUrl=queue_url)
+    check(done >= messages, f"SQS ceiling: only {done} of {messages} messages received")
+    window = sampler.window(messages)
+    return {
+        "pollers": pollers,
+        "messages": messages,
+        "rate": window["rate"],
+        "window": window,
+        "total_s": round(sampler.samples[-1].t - sampler.samples[0].t, 2),
+    }
+
+
+_INSERT = (
+    "INSERT INTO transactions (id, client_id, type, status, version, request, "
+    "request_fingerprint, attempts, created_at, updated_at) "
+    "VALUES (%s, %s, 'direct', 'pending', 1, %s, %s, 0, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6))"
+)
+
+
+async def db_ceiling(database_url: str, concurrency: int, duration_s: float) -> dict[str, Any]:
+    """Single-row INSERT + COMMIT of a transactions row, ``concurrency`` connections."""
+    client_id = infra.create_client(database_url, name="ceiling")
+    url = make_url(database_url)
+    connections = [
+        await asyncmy.connect(
+            host=url.host or "127.0.0.1",
+            port=url.port or 3306,
+            user=url.username or "root",
+            password=url.password or "",
+            database=url.database,
+            autocommit=False,
+        )
+        for _ in range(concurrency)
+    ]
+    request = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
+    count = 0
+    latencies: list[float] = []
+    stop_at = time.perf_counter() + duration_s
+
+    async def worker(connection: Any) -> None:
+        nonlocal count
+        async with connection.cursor() as cursor:
+            while (started := time.perf_counter()) < stop_at:
+                await cursor.execute(
+                    _INSERT, (str(uuid.uuid4()), client_id, request, uuid.uuid4().hex)
+                )
+                await connection.commit()
+                latencies.append(time.perf_counter() - started)
+                count += 1
+
+    began = time.perf_counter()
+    try:
+        await asyncio.gather(*(worker(c) for c in connections))
+    finally:
+        for connection in connections:
+            connection.close()
+    elapsed = time.perf_counter() - began
+    latencies.sort()
+    return {
+        "concurrency": concurrency,
+        "rate": round(count / elapsed, 1),
+        "inserts": count,
+        "p50_ms": round(latencies[len(latencies) // 2] * 1000, 3) if latencies else None,
+    }
+
+
+def start_bare_server(run: Run) -> tuple[Any, int]:
+    return run.spawn_server("bare-server", "bare")
+
+
+async def http_ceiling(
+    run: Run,
+    duration_s: float,
+    concurrency: int,
+    latency_rate: int,
+    latency_s: float,
+    server: tuple[Any, int] | None = None,
+) -> dict[str, Any]:
+    """The bare endpoint: highest closed-loop rate, then latency at ``latency_rate``."""
+    process, port = server or start_bare_server(run)
+    try:
+        await run.wait_http(f"http://127.0.0.1:{port}/docs", process)
+        base = {
+            "port": port,
+            "method": "POST",
+            "path": "/bare",
+            "headers": {"Content-Type": "application/json"},
+            "body": json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"}),
+            "expect_status": [202],
+            "connections": 64,
+        }
+        cpu_before = _cpu(process.pid)
+        closed = await infra.run_loadgen(
+            run,
+            {**base, "concurrency": concurrency, "duration_s": duration_s},
+            "bare-closed",
+        )
+        cpu_used = _cpu(process.pid) - cpu_before
+        check(closed["ok"] > 0, f"bare endpoint answered nothing: {closed['errors']}")
+        check(closed["error_count"] == 0, f"bare endpoint errors: {closed['errors']}")
+        opened = await infra.run_loadgen(
+            run, {**base, "rate": latency_rate, "duration_s": latency_s}, "bare-open"
+        )
+        check(opened["error_count"] == 0, f"bare endpoint errors: {opened['errors']}")
+        return {
+            "rate": closed["achieved_rate"],
+            "concurrency": concurrency,
+            "server_cpu_us_per_request": round(1e6 * cpu_used / max(closed["completed"], 1), 1),
+            "closed_loop": closed,
+            "latency_at_rate": opened,
+        }
+    finally:
+        await run.stop_async(process)
+
+
+def _cpu(pid: int) -> float:
+    from bench import procstat
+
+    return procstat.cpu_seconds(pid) or 0.0

@@ -1,0 +1,322 @@
+"""Targets, the pass/fail of each, and the markdown table printed after a run."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+# The issue's targets; docs/performance.md explains each.
+CONSUMER_SHARE_OF_SQS = 0.90
+CONSUMER_SHARE_OF_EXPECTED = 0.90
+EXECUTOR_LATENCY_S = 0.2
+ONE_PROCESS_MSGS = 1000
+API_RATE = 500
+API_ANSWERED_SHARE = 0.98
+API_P99_MS = 20.0
+API_DB_ROUND_TRIPS = 2.0
+STATUS_HIT_P99_MS = 2.0
+STATUS_MYSQL_P99_MS = 10.0
+PICKUP_P95_MS = 250.0
+
+
+@dataclass
+class Row:
+    scenario: str
+    metric: str
+    measured: float | str | None
+    unit: str = ""
+    ceiling: float | None = None
+    ceiling_name: str = ""
+    target: str = ""
+    passed: bool | None = None
+
+    @property
+    def ratio(self) -> float | None:
+        if isinstance(self.measured, int | float) and self.ceiling:
+            return round(self.measured / self.ceiling, 3)
+        return None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"ratio": self.ratio}
+
+
+def _get(data: Any, *path: Any) -> Any:
+    for key in path:
+        if data is None:
+            return None
+        data = data[key] if isinstance(data, list) else data.get(key)
+    return data
+
+
+def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
+    """Every figure with its same-run ceiling; ``passed`` is None in smoke runs (no thresholds)
+    and where the issue sets no target."""
+    out: list[Row] = []
+    judge = (lambda ok: None) if smoke else (lambda ok: bool(ok))
+    ceilings = results.get("ceilings", {})
+    sqs = {c["pollers"]: c for c in ceilings.get("sqs", [])}
+    db = {c["concurrency"]: c for c in ceilings.get("db", [])}
+    http = ceilings.get("http") or {}
+    sqs_name = results.get("sqs_server", "SQS")
+    for pollers, c in sorted(sqs.items()):
+        out.append(
+            Row(
+                "ceiling",
+                f"{sqs_name} receive(10)+DeleteMessageBatch, {pollers} pollers",
+                c["rate"],
+                "msg/s",
+            )
+        )
+    for concurrency, c in sorted(db.items()):
+        out.append(
+            Row(
+                "ceiling",
+                f"MariaDB INSERT+COMMIT, {concurrency} connection(s)",
+                c["rate"],
+                "rows/s",
+            )
+        )
+    if http:
+        out.append(
+            Row(
+                "ceiling",
+                "bare FastAPI/uvicorn endpoint, 1 worker (closed loop)",
+                http["rate"],
+                "req/s",
+            )
+        )
+        lat = http["latency_at_rate"]
+        out.append(
+            Row(
+                "ceiling",
+                f"bare endpoint latency p50 / p99 at {lat['offered_rate']} req/s",
+                f"{lat['latency_ms']['p50']} / {lat['latency_ms']['p99']}",
+                "ms",
+            )
+        )
+    floor_p99 = _get(http, "latency_at_rate", "latency_ms", "p99")
+
+    for c in results.get("consumer", []):
+        procs = c["processes"]
+        pollers = c["settings"]["pollers"] * procs
+        ceiling = _get(sqs, pollers, "rate")
+        name = f"consumer, executor {c['executor_latency_ms']} ms, {procs} process(es)"
+        if c["executor_latency_ms"] == 0:
+            target, ok = "", None
+            if procs == 1:
+                target = f">= {CONSUMER_SHARE_OF_SQS:.0%} of SQS ceiling"
+                ok = judge(ceiling and c["rate"] >= CONSUMER_SHARE_OF_SQS * ceiling)
+            out.append(
+                Row(
+                    name,
+                    "messages/s (10-90 % window)",
+                    c["rate"],
+                    "msg/s",
+                    ceiling,
+                    f"SQS, {pollers} pollers",
+                    target,
+                    ok,
+                )
+            )
+        else:
+            expected = procs * c["settings"]["concurrency"] / (c["executor_latency_ms"] / 1000)
+            bound = min(expected, ceiling) if ceiling else expected
+            target, ok = "", None
+            if procs == 1:
+                target = f">= {CONSUMER_SHARE_OF_EXPECTED:.0%} of min(concurrency/0.2 s, SQS)"
+                ok = judge(c["rate"] >= CONSUMER_SHARE_OF_EXPECTED * bound)
+            out.append(
+                Row(
+                    name,
+                    "messages/s (10-90 % window)",
+                    c["rate"],
+                    "msg/s",
+                    bound,
+                    f"min({expected:.0f} = concurrency/latency, SQS)",
+                    target,
+                    ok,
+                )
+            )
+        out.append(
+            Row(
+                name,
+                "CPU seconds per 1,000 messages (consumer processes)",
+                c["cpu_s_per_1000"],
+                "s",
+            )
+        )
+        out.append(
+            Row(
+                name,
+                "peak RSS per process",
+                " / ".join(f"{v:.0f}" for v in c["peak_rss_mb"] if v),
+                "MiB",
+            )
+        )
+        io = c.get("io_per_message")
+        if io:
+            out.append(
+                Row(
+                    name,
+                    "per message: DB round trips / SQS calls / Redis commands / executor HTTP",
+                    f"{io['db']} / {io['sqs']} / {io['redis']} / {io['executor_http']}",
+                )
+            )
+        if c["executor_latency_ms"] and procs == 1:
+            concurrency = c["settings"]["concurrency"]
+            out.append(
+                Row(
+                    "consumer default concurrency",
+                    "concurrency / 0.2 s",
+                    concurrency / EXECUTOR_LATENCY_S,
+                    "msg/s",
+                    None,
+                    "",
+                    f">= {ONE_PROCESS_MSGS} when the ceiling allows",
+                    judge(concurrency / EXECUTOR_LATENCY_S >= ONE_PROCESS_MSGS),
+                )
+            )
+
+    for level in results.get("accept", []):
+        rate = level["offered_rate"]
+        name = f"API accept, offered {rate} req/s"
+        lat = level["latency_ms"]
+        answered = level["ok"] / max(rate * level["nominal_s"], 1)
+        meets = (
+            answered >= API_ANSWERED_SHARE
+            and level["error_count"] == 0
+            and (lat["p99"] or 1e9) <= API_P99_MS
+        )
+        is_target = rate == API_RATE
+        out.append(
+            Row(
+                name,
+                "achieved 202/s",
+                level["achieved_rate"],
+                "req/s",
+                http.get("rate"),
+                "bare endpoint",
+                f">= {API_RATE}/s answered, p99 <= {API_P99_MS:g} ms" if is_target else "",
+                judge(meets) if is_target else None,
+            )
+        )
+        out.append(
+            Row(
+                name,
+                "latency p50 / p95 / p99",
+                f"{lat['p50']} / {lat['p95']} / {lat['p99']}",
+                "ms",
+                None,
+            )
+        )
+        out.append(Row(name, "errors", level["error_count"], ""))
+        trips = level["db_round_trips_per_accepted"]
+        out.append(
+            Row(
+                name,
+                "DB round trips per accepted request, request path",
+                trips["request_path"],
+                "",
+                None,
+                "",
+                f"<= {API_DB_ROUND_TRIPS:g}" if is_target else "",
+                judge(trips["request_path"] <= API_DB_ROUND_TRIPS) if is_target else None,
+            )
+        )
+        out.append(
+            Row(
+                name,
+                "DB round trips per accepted request, + publisher (after the response)",
+                f"{trips['request_path']} + {trips['background']} = {trips['total']}",
+            )
+        )
+        out.append(Row(name, "API CPU per request", level["api_cpu_ms_per_request"], "ms"))
+
+    status = results.get("status") or {}
+    for tier, label, limit in (
+        ("hit", "Redis hit", STATUS_HIT_P99_MS),
+        ("miss", "MySQL (Redis empty)", STATUS_MYSQL_P99_MS),
+        ("upstream", "upstream refresh", None),
+    ):
+        if tier not in status:
+            continue
+        lat = status[tier]["latency_ms"]
+        out.append(
+            Row(
+                f"status, {label}",
+                f"p50 / p99 at {status[tier]['offered_rate']} req/s",
+                f"{lat['p50']} / {lat['p99']}",
+                "ms",
+            )
+        )
+        out.append(
+            Row(
+                f"status, {label}",
+                "DB round trips per request",
+                status[tier].get("db_round_trips_per_request"),
+            )
+        )
+        out.append(
+            Row(
+                f"status, {label}",
+                "p99",
+                lat["p99"],
+                "ms",
+                floor_p99,
+                "bare endpoint p99",
+                f"<= {limit:g} ms" if limit else "",
+                judge(lat["p99"] is not None and lat["p99"] <= limit) if limit else None,
+            )
+        )
+
+    pickup = results.get("pickup")
+    if pickup:
+        lat = pickup["pickup_ms"]
+        out.append(
+            Row(
+                "pickup (commit -> claim), light load",
+                f"p50 / p95 at {pickup['offered_rate']} req/s",
+                f"{lat['p50']:.1f} / {lat['p95']:.1f}",
+                "ms",
+            )
+        )
+        out.append(
+            Row(
+                "pickup (commit -> claim), light load",
+                "p95",
+                round(lat["p95"], 1),
+                "ms",
+                None,
+                "",
+                f"<= {PICKUP_P95_MS:g} ms",
+                judge(lat["p95"] <= PICKUP_P95_MS),
+            )
+        )
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.3f}".rstrip("0").rstrip(".") if abs(value) < 10 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def markdown(table: list[Row]) -> str:
+    lines = [
+        "| scenario | metric | measured | ceiling (same run) | ratio | target | pass |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for row in table:
+        measured = f"{_fmt(row.measured)} {row.unit}".strip()
+        ceiling = f"{_fmt(row.ceiling)} ({row.ceiling_name})" if row.ceiling else ""
+        ratio = f"{row.ratio:.2f}" if row.ratio is not None else ""
+        verdict = {True: "PASS", False: "FAIL", None: ""}[row.passed]
+        lines.append(
+            f"| {row.scenario} | {row.metric} | {measured} | {ceiling} | {ratio} | "
+            f"{row.target} | {verdict} |"
+        )
+    return "\n".join(lines)
