@@ -11,12 +11,18 @@ consumer's exactly-once logic needs:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-import httpx
+import aiohttp
+import orjson
+
+from relay_core import jsonutil
+
+_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class ErrorKind(StrEnum):
@@ -96,7 +102,12 @@ def _parse_time(value: Any) -> datetime | None:
 
 
 class ExecutorClient:
-    """One pooled HTTP client per process; built at start-up, closed at shutdown."""
+    """One pooled HTTP client per process; built at start-up, closed at shutdown.
+
+    aiohttp rather than httpx: on the consumer's hot path (one POST per message) httpx's pool
+    bookkeeping cost more CPU than the rest of the message's work (docs/performance.md).
+    The session itself is opened on first use, inside the running event loop.
+    """
 
     def __init__(
         self,
@@ -107,54 +118,75 @@ class ExecutorClient:
         timeout_s: float = 10.0,
         max_connections: int = 100,
     ) -> None:
-        self._relayer_id = relayer_id
-        self._http = httpx.AsyncClient(
-            base_url=base_url.rstrip("/"),
-            headers={"Authorization": f"Bearer {api_key}"},
-            timeout=httpx.Timeout(timeout_s, connect=min(timeout_s, 3.0)),
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
+        self._root = base_url.rstrip("/")
+        self._base = f"{self._root}/api/v1/relayers/{relayer_id}/transactions"
+        self._headers = {"Authorization": f"Bearer {api_key}"}
+        # connect covers waiting for a pooled connection and opening one: the request was
+        # certainly not sent when it runs out. sock_read: sent, maybe acted upon.
+        self._timeout = aiohttp.ClientTimeout(
+            total=None, connect=min(timeout_s, 3.0), sock_read=timeout_s
         )
+        self._max_connections = max_connections
+        self._session: aiohttp.ClientSession | None = None
 
-    @property
-    def _base(self) -> str:
-        return f"/api/v1/relayers/{self._relayer_id}/transactions"
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                headers=self._headers,
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300),
+                raise_for_status=False,
+                auto_decompress=True,
+            )
+        return self._session
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
-    async def _call(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    async def _call(
+        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        data = None if json is None else orjson.dumps(json)
+        headers = None if data is None else _JSON_HEADERS
         try:
-            response = await self._http.request(method, path, **kwargs)
-        except httpx.ConnectError as exc:
+            async with self._http().request(
+                method, url, data=data, params=params, headers=headers, allow_redirects=False
+            ) as response:
+                body = await response.read()
+                return self._envelope(
+                    response.status, response.headers, body, response.reason or ""
+                )
+        except aiohttp.ClientConnectorError as exc:
             raise ExecutorError(
                 ErrorKind.connection, "executor refused the connection", certain_not_created=True
             ) from exc
-        except httpx.TimeoutException as exc:
-            # A connect timeout never reached the server; a read timeout may have.
-            certain = isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout)
+        except aiohttp.ConnectionTimeoutError as exc:
+            # No connection within the connect timeout: the request was never sent.
             raise ExecutorError(
-                ErrorKind.timeout, "executor did not answer in time", certain_not_created=certain
+                ErrorKind.timeout, "executor did not answer in time", certain_not_created=True
             ) from exc
-        except httpx.HTTPError as exc:
+        except (aiohttp.ServerTimeoutError, TimeoutError) as exc:
+            raise ExecutorError(ErrorKind.timeout, "executor did not answer in time") from exc
+        except aiohttp.ClientError as exc:
             raise ExecutorError(ErrorKind.connection, f"{type(exc).__name__}") from exc
-        return self._envelope(response)
 
     @staticmethod
-    def _envelope(response: httpx.Response) -> dict[str, Any]:
+    def _envelope(
+        status: int, headers: Mapping[str, str], raw: bytes, reason: str
+    ) -> dict[str, Any]:
         try:
-            body = response.json()
+            body = jsonutil.loads(raw)
         except ValueError:
             body = {}
         message = ""
         if isinstance(body, dict):
             message = str(body.get("error") or body.get("message") or "")
-        message = message or response.text[:200] or response.reason_phrase
-        status = response.status_code
+        message = message or raw[:200].decode("utf-8", "replace") or reason
         if status == 429:
             after = body.get("after") if isinstance(body, dict) else None
-            after = after or response.headers.get("x-ratelimit-after")
+            after = after or headers.get("x-ratelimit-after")
             raise ExecutorError(
                 ErrorKind.rate_limited,
                 message,

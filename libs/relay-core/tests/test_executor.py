@@ -1,0 +1,187 @@
+"""The executor client classifies every failure by what it proves about the executor's state:
+certainly not created (safe to resend) or in doubt (must be looked up first)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import aiohttp
+import pytest
+
+from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+
+Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
+PAYLOAD = {"to": "0x" + "ab" * 20, "data": "0x", "value": "0", "speed": "fast"}
+
+
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":", 1)[1])
+    return head + (await reader.readexactly(length) if length else b"")
+
+
+def _answer(status: int, body: object, extra: str = "") -> Handler:
+    raw = json.dumps(body).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            try:
+                await _read_request(reader)
+            except (asyncio.IncompleteReadError, ConnectionError):
+                break
+            writer.write(
+                f"HTTP/1.1 {status} X\r\nContent-Type: application/json\r\n{extra}"
+                f"Content-Length: {len(raw)}\r\n\r\n".encode()
+                + raw
+            )
+            await writer.drain()
+        writer.close()
+
+    return handle
+
+
+async def _hang(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)
+    await reader.read()  # no answer; ends when the client gives up and closes
+    writer.close()
+
+
+async def _drop(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    await _read_request(reader)  # the request arrived whole; the answer never comes
+    writer.transport.abort()
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> str:
+        server = await asyncio.start_server(handler, "127.0.0.1", 0)
+        servers.append(server)
+        port = server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        server.close()
+
+
+async def _submit_error(url: str, **kwargs: float) -> ExecutorError:
+    client = ExecutorClient(url, "key", "relayer-1", **kwargs)  # type: ignore[arg-type]
+    try:
+        with pytest.raises(ExecutorError) as caught:
+            await client.submit(PAYLOAD)
+    finally:
+        await client.aclose()
+    return caught.value
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+ENVELOPE_OK = {
+    "success": True,
+    "data": {"id": "tx-1", "status": "pending", "hash": None, "value": "0x0", "to": "0x1"},
+    "error": None,
+}
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "extra", "kind", "certain", "retry_after"),
+    [
+        (429, {"success": False, "error": "slow down", "after": 3}, "", "rate_limited", True, 3),
+        (429, {"success": False}, "x-ratelimit-after: 2\r\n", "rate_limited", True, 2),
+        (400, {"success": False, "error": "bad to"}, "", "rejected", True, None),
+        (422, {"success": False, "error": "bad value"}, "", "rejected", True, None),
+        (401, {"success": False, "error": "Unauthorized"}, "", "refused", True, None),
+        (403, {"success": False, "error": "paused"}, "", "refused", True, None),
+        (404, {"success": False, "error": "no relayer"}, "", "not_found", True, None),
+        (500, {"success": False, "error": "boom"}, "", "server_error", False, None),
+        (503, {"success": False}, "", "server_error", False, None),
+        (200, {"success": False, "error": "odd"}, "", "server_error", False, None),
+    ],
+)
+async def test_answers_are_classified(
+    serve: Callable[[Handler], Awaitable[str]],
+    status: int,
+    body: object,
+    extra: str,
+    kind: str,
+    certain: bool,
+    retry_after: float | None,
+) -> None:
+    error = await _submit_error(await serve(_answer(status, body, extra)))
+    assert (error.kind, error.certain_not_created, error.retry_after_s) == (
+        ErrorKind(kind),
+        certain,
+        retry_after,
+    )
+    assert error.status == status
+
+
+async def test_a_refused_connection_certainly_created_nothing() -> None:
+    error = await _submit_error(f"http://127.0.0.1:{_closed_port()}")
+    assert (error.kind, error.certain_not_created) == (ErrorKind.connection, True)
+
+
+async def test_no_answer_after_sending_is_in_doubt(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    error = await _submit_error(await serve(_hang), timeout_s=0.3)
+    assert (error.kind, error.certain_not_created) == (ErrorKind.timeout, False)
+
+
+async def test_a_connection_dropped_after_sending_is_in_doubt(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    error = await _submit_error(await serve(_drop))
+    assert (error.kind, error.certain_not_created) == (ErrorKind.connection, False)
+
+
+async def test_waiting_for_a_pooled_connection_that_never_frees_is_certain(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    url = await serve(_hang)
+    client = ExecutorClient(url, "key", "relayer-1", timeout_s=0.4, max_connections=1)
+    try:
+        # Occupy the only connection with a request that outlives the test.
+        busy = asyncio.create_task(
+            client._http().get(url, timeout=aiohttp.ClientTimeout(sock_read=30)).__aenter__()
+        )
+        await asyncio.sleep(0.2)
+        with pytest.raises(ExecutorError) as caught:
+            await client.submit(PAYLOAD)
+        assert (caught.value.kind, caught.value.certain_not_created) == (ErrorKind.timeout, True)
+        busy.cancel()
+    finally:
+        await client.aclose()
+
+
+async def test_a_success_is_parsed_and_the_connection_reused(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    connections = 0
+    answer = _answer(200, ENVELOPE_OK)
+
+    async def counting(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal connections
+        connections += 1
+        await answer(reader, writer)
+
+    client = ExecutorClient(await serve(counting), "key", "relayer-1")
+    try:
+        for _ in range(3):
+            created = await client.submit(PAYLOAD)
+            assert (created.id, created.status, created.value) == ("tx-1", "pending", 0)
+    finally:
+        await client.aclose()
+    assert connections == 1
