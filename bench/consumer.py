@@ -272,7 +272,7 @@ def io_per_message(io: dict[str, dict[str, int]], done: int) -> dict[str, float]
     return {
         "db": per("db"),
         "sqs": per("sqs", ("ReceiveMessage.",)),
-        "redis": per("redis"),
+        "redis": per("redis", ("PIPELINE.",)),  # round trips: a pipeline counts once
         "executor_http": per("executor_http"),
     }
 

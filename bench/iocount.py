@@ -2,8 +2,9 @@
 (benchmark launchers only), next to bench.dbcount's database round trips.
 
 - SQS: every aiobotocore API call by operation, and the messages ReceiveMessage returned;
-- Redis: every command redis-py sends (a Lua script call is one EVALSHA);
-- executor: every HTTP request httpx sends, by method and route.
+- Redis: every command redis-py sends (a Lua script call is one EVALSHA); a pipeline is one
+  round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
+- executor: every HTTP request to the executor's API (aiohttp), by method and route.
 """
 
 from __future__ import annotations
@@ -49,15 +50,36 @@ def install() -> None:
 
     Redis.execute_command = counted_execute_command  # type: ignore[method-assign]
 
-    import httpx
+    from redis.asyncio.client import Pipeline
 
-    send = httpx.AsyncClient.send
+    pipeline_execute = Pipeline.execute
+    immediate = Pipeline.immediate_execute_command
 
-    async def counted_send(self: Any, request: httpx.Request, **kwargs: Any) -> Any:
-        HTTP[f"{request.method} {_ID.sub('/{id}', request.url.path)}"] += 1
-        return await send(self, request, **kwargs)
+    async def counted_pipeline_execute(self: Any, *args: Any, **kwargs: Any) -> Any:
+        # One round trip however many commands it carries; the commands counted apart.
+        REDIS["PIPELINE"] += 1
+        REDIS["PIPELINE.commands"] += len(self.command_stack)
+        return await pipeline_execute(self, *args, **kwargs)
 
-    httpx.AsyncClient.send = counted_send  # type: ignore[method-assign]
+    async def counted_immediate(self: Any, *args: Any, **options: Any) -> Any:
+        REDIS[str(args[0]).upper() if args else "?"] += 1  # SCRIPT EXISTS before a pipeline
+        return await immediate(self, *args, **options)
+
+    Pipeline.execute = counted_pipeline_execute  # type: ignore[method-assign]
+    Pipeline.immediate_execute_command = counted_immediate  # type: ignore[method-assign]
+
+    import aiohttp
+
+    request = aiohttp.ClientSession._request
+
+    def counted_request(self: Any, method: str, str_or_url: Any, **kwargs: Any) -> Any:
+        path = str(str_or_url)
+        if "/api/v1/relayers/" in path:  # aiobotocore's SQS calls go through aiohttp too
+            route = _ID.sub("/{id}", path.split("/api/v1/relayers/", 1)[1])
+            HTTP[f"{method} /api/v1/relayers/{route}"] += 1
+        return request(self, method, str_or_url, **kwargs)
+
+    aiohttp.ClientSession._request = counted_request  # type: ignore[method-assign]
 
 
 def snapshot() -> dict[str, dict[str, int]]:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from redis.asyncio import Redis
@@ -29,6 +31,14 @@ end
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'EX', ARGV[3])
 return 1
 """
+
+
+@dataclass(frozen=True, slots=True)
+class CacheWrite:
+    transaction_id: str
+    version: int
+    entry: dict[str, Any]
+    terminal: bool
 
 
 def connect(url: str, timeout_s: float) -> Redis:
@@ -109,3 +119,28 @@ class StatusCache:
         except (RedisError, OSError) as exc:
             self._failed("write", transaction_id, exc)
             return False
+
+    async def put_many(self, entries: Sequence[CacheWrite]) -> list[bool]:
+        """:meth:`put` for several entries in one pipelined round trip (plus redis-py's
+        SCRIPT EXISTS check). Redis errors propagate."""
+        if not entries:
+            return []
+        async with self._redis.pipeline(transaction=False) as pipe:
+            for write in entries:
+                ttl = self._terminal_ttl_s if write.terminal else self._active_ttl_s
+                await self._put(
+                    keys=[self.key(write.transaction_id)],
+                    args=[write.version, jsonutil.dumps(write.entry), ttl],
+                    client=pipe,
+                )
+            stored = await pipe.execute()
+        return [bool(value) for value in stored]
+
+    async def put_many_quietly(self, entries: Sequence[CacheWrite]) -> None:
+        """Write-through of a committed batch: a Redis failure is logged and counted."""
+        if not entries or not self.available:
+            return
+        try:
+            await self.put_many(entries)
+        except (RedisError, OSError) as exc:
+            self._failed("write", entries[0].transaction_id, exc)

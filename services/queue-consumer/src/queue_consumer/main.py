@@ -17,6 +17,7 @@ from typing import Any
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.service import Tracker
+from queue_consumer.transactions.group_commit import GroupCommit
 from queue_consumer.transactions.service import TransactionProcessor
 from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
@@ -109,7 +110,13 @@ async def open_consumer(
             )
             queue_url, dlq_url = await _queue_urls(sqs, settings, stop)
             sessions = create_sessionmaker(engine)
-            processor = TransactionProcessor(settings, sessions, executor, cache)
+            writes = GroupCommit(
+                engine,
+                cache,
+                writers=settings.consumer_db_writers,
+                max_batch=settings.consumer_write_batch,
+            )
+            processor = TransactionProcessor(settings, sessions, executor, writes)
             consumer = Consumer(settings, sqs, queue_url, dlq_url, processor)
             consumer.stopping = stop
             if settings.tracker_enabled:

@@ -44,6 +44,16 @@ class ConsumerSettings(InfraSettings):
         le=4096,
         description="messages in flight per process (256 ≈ 1,280 msg/s at 200 ms per call)",
     )
+    consumer_db_writers: int = Field(
+        2,
+        ge=1,
+        le=32,
+        description="transactions committing status writes at once; concurrent messages' "
+        "writes share them (group commit)",
+    )
+    consumer_write_batch: int = Field(
+        64, ge=1, le=1000, description="most status writes committed in one transaction"
+    )
     consumer_wait_time_s: int = Field(20, ge=0, le=20, description="long-poll wait")
     consumer_message_timeout_s: float = Field(
         45.0, gt=0, description="budget for one message; past it the attempt is abandoned"

@@ -18,13 +18,19 @@ from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
+from relay_core.db.models import Transaction
 from relay_core.queue import PoisonMessage, TransactionMessage
 
 log = logging.getLogger(__name__)
 
 
 class Capacity:
-    """How many messages may be in flight; pollers ask for room before receiving."""
+    """How many messages may be in flight; pollers ask for room before receiving.
+
+    A poller waits for room for a whole batch (``most``, or the limit if smaller) rather than
+    receiving as soon as one slot frees: one ReceiveMessage per message would cost an SQS call
+    (and its client CPU) per message instead of one per ten.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
@@ -32,11 +38,11 @@ class Capacity:
         self._changed = asyncio.Condition()
 
     async def reserve(self, most: int) -> int:
+        want = min(most, self.limit)
         async with self._changed:
-            await self._changed.wait_for(lambda: self.in_flight < self.limit)
-            room = min(most, self.limit - self.in_flight)
-            self.in_flight += room
-            return room
+            await self._changed.wait_for(lambda: self.limit - self.in_flight >= want)
+            self.in_flight += want
+            return want
 
     async def release(self, count: int = 1) -> None:
         async with self._changed:
@@ -128,6 +134,7 @@ class Consumer:
         self.stopping = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
         self._visibility = settings.queue_visibility_timeout_s
+        self._heartbeat_interval = max(self._visibility / 2, 1)
         self.last_poll = time.monotonic()
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
@@ -136,6 +143,7 @@ class Consumer:
 
     async def run(self) -> dict[str, Any]:
         """Consume until ``stopping`` is set, then drain. Returns the summary."""
+        self.processor.writes.start()
         self.deleter.start()
         pollers = [
             asyncio.create_task(self._poll(i), name=f"poller-{i}")
@@ -165,6 +173,7 @@ class Consumer:
             task.cancel()
         await asyncio.gather(*pollers, *housekeeping, return_exceptions=True)
         abandoned = await self._drain(self.settings.consumer_grace_s)
+        await self.processor.writes.stop()
         await self.deleter.stop()
         summary = self.stats.summary() | {"abandoned": abandoned}
         log.info("consumer.stopped", extra=summary)
@@ -204,30 +213,63 @@ class Consumer:
             messages = response.get("Messages", [])
             if len(messages) < room:
                 await self.capacity.release(room - len(messages))
-            for message in messages:
-                task = asyncio.create_task(self._handle(message))
+            if not messages:
+                continue
+            parsed = [_parse(message) for message in messages]
+            try:
+                # One SELECT for the batch; each message still decides and claims on its own.
+                snapshots = await self.processor.load_many(
+                    [p.transaction_id for p in parsed if isinstance(p, TransactionMessage)]
+                )
+            except asyncio.CancelledError:
+                await self.capacity.release(len(messages))
+                raise
+            except Exception as exc:  # each message loads its row itself and fails on its own
+                log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
+                snapshots = {}
+            for message, body in zip(messages, parsed, strict=True):
+                snapshot = (
+                    snapshots.get(body.transaction_id)
+                    if isinstance(body, TransactionMessage)
+                    else None
+                )
+                task = asyncio.create_task(self._handle(message, body, snapshot))
                 self._work.add(task)
                 task.add_done_callback(self._work.discard)
 
     # --- one message ------------------------------------------------------------------------
 
-    async def _handle(self, message: dict[str, Any]) -> None:
+    async def _handle(
+        self,
+        message: dict[str, Any],
+        body: TransactionMessage | PoisonMessage,
+        snapshot: Transaction | None,
+    ) -> None:
         started = time.monotonic()
         receive_count = int(message.get("Attributes", {}).get("ApproximateReceiveCount", "1"))
         context: dict[str, Any] = {"messageId": message.get("MessageId")}
-        heartbeat: asyncio.Task[None] | None = None
+        heartbeat: list[asyncio.Task[None]] = []
         done = asyncio.Event()
+        timer: asyncio.TimerHandle | None = None
         outcome: Outcome
         try:
             self.stats.counts["received"] += 1
-            try:
-                parsed = TransactionMessage.parse(message.get("Body", ""))
-            except PoisonMessage as exc:
-                outcome = Outcome(Failure.poison, str(exc), action="poison")
+            if isinstance(body, PoisonMessage):
+                outcome = Outcome(Failure.poison, str(body), action="poison")
             else:
-                context["transactionId"] = parsed.transaction_id
-                heartbeat = asyncio.create_task(self._keep_invisible(message, parsed, done))
-                outcome = await self._attempt(parsed, str(message.get("MessageId")), receive_count)
+                context["transactionId"] = body.transaction_id
+                tx_message: TransactionMessage = body
+                # Most messages finish long before half the visibility timeout; only those
+                # that do not get a heartbeat task.
+                timer = asyncio.get_running_loop().call_later(
+                    self._heartbeat_interval,
+                    lambda: heartbeat.append(
+                        asyncio.create_task(self._keep_invisible(message, tx_message, done))
+                    ),
+                )
+                outcome = await self._attempt(
+                    body, str(message.get("MessageId")), receive_count, snapshot
+                )
             await self._apply(message, parsed_id(context), outcome, receive_count, context, started)
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
@@ -238,22 +280,28 @@ class Consumer:
             log.exception("consumer.message.error", extra=context)
         finally:
             done.set()
-            if heartbeat is not None:
+            if timer is not None:
+                timer.cancel()
+            for task in heartbeat:
                 # Let a visibility change or claim touch in progress finish rather than cut a
                 # database call in half.
                 with contextlib.suppress(Exception):
-                    await asyncio.wait_for(heartbeat, 10)
+                    await asyncio.wait_for(task, 10)
             await self.capacity.release()
 
     async def _attempt(
-        self, parsed: TransactionMessage, message_id: str, receive_count: int
+        self,
+        parsed: TransactionMessage,
+        message_id: str,
+        receive_count: int,
+        snapshot: Transaction | None,
     ) -> Outcome:
         last = receive_count >= self.policy.max_receive_count
         try:
-            return await asyncio.wait_for(
-                self.processor.process(parsed.transaction_id, message_id, last_receive=last),
-                self.settings.consumer_message_timeout_s,
-            )
+            async with asyncio.timeout(self.settings.consumer_message_timeout_s):
+                return await self.processor.process(
+                    parsed.transaction_id, message_id, last_receive=last, snapshot=snapshot
+                )
         except Exception as exc:  # timed out, database unavailable and the like
             # Best effort: let the next delivery proceed at once rather than wait for the
             # claim to go stale (it would take over a stale claim anyway).
@@ -342,19 +390,17 @@ class Consumer:
     async def _keep_invisible(
         self, message: dict[str, Any], parsed: TransactionMessage, done: asyncio.Event
     ) -> None:
-        """Work that outlives half the visibility timeout extends it (and the claim)."""
-        interval = max(self._visibility / 2, 1)
-        while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(done.wait(), interval)
-            if done.is_set():
-                return
+        """Work that outlives half the visibility timeout extends it (and the claim), then again
+        every half timeout until it ends. Started by a timer after the first half."""
+        while not done.is_set():
             await self._set_visibility(message["ReceiptHandle"], self._visibility)
             with contextlib.suppress(Exception):
                 await self.processor.touch_claim(
                     parsed.transaction_id, str(message.get("MessageId"))
                 )
             self.stats.counts["heartbeats"] += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(done.wait(), self._heartbeat_interval)
 
     # --- housekeeping -----------------------------------------------------------------------
 
@@ -384,6 +430,13 @@ class Consumer:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(path.write_text, f"{time.time():.0f}\n")
             await asyncio.sleep(5)
+
+
+def _parse(message: dict[str, Any]) -> TransactionMessage | PoisonMessage:
+    try:
+        return TransactionMessage.parse(message.get("Body", ""))
+    except PoisonMessage as exc:
+        return exc
 
 
 def parsed_id(context: dict[str, Any]) -> str | None:

@@ -1,17 +1,144 @@
 """Status changes: a compare-and-set on the row plus one event row, in the caller's unit of
 work. Every writer (API, consumer, reaper, webhooks, tracker) goes through here, so the
-version always grows and the audit trail always matches the row."""
+version always grows and the audit trail always matches the row.
+
+:func:`write_changes` runs several changes in one unit of work (the consumer commits a batch
+of them at once); :func:`transition` is the single change, applied to the row object at once.
+"""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import Table, Update, bindparam, insert, update
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
 from relay_core.db.models import Notification, Transaction, TransactionEvent, utcnow
 from relay_core.views import rfc3339
+
+# Core tables, not the ORM entities: a statement on an entity goes through the ORM's
+# bulk-DML machinery, which costs more CPU than the round trip it makes.
+_TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
+_EVENTS: Table = TransactionEvent.__table__  # type: ignore[assignment]
+_NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
+
+
+@dataclass(slots=True)
+class Change:
+    """Move ``tx`` (as last read) to ``status`` with ``values``, if nobody changed it since.
+
+    A change to the same status without a reason writes no event (a touch)."""
+
+    tx: Transaction
+    status: str
+    source: str = ""
+    reason: str | None = None
+    values: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def records_event(self) -> bool:
+        return self.status != self.tx.status
+
+    def columns(self, now: datetime) -> dict[str, Any]:
+        values = dict(self.values)
+        updated_at = values.pop("updated_at", None) or now
+        return {
+            "status": self.status,
+            "version": self.tx.version + 1,
+            "updated_at": updated_at,
+            **values,
+        }
+
+
+async def write_changes(
+    db: AsyncSession | AsyncConnection, changes: Sequence[Change]
+) -> list[dict[str, Any] | None]:
+    """Run ``changes`` in the caller's unit of work: one compare-and-set UPDATE per row (in
+    id order, so concurrent batches lock rows in the same order), then the event rows and
+    client notifications of those that landed, one multi-row INSERT each.
+
+    Returns, per change, the columns written, or None where the row had moved on. The row
+    objects are not touched: :func:`apply_written` does that once the caller has committed.
+    """
+    now = utcnow()
+    written: list[dict[str, Any] | None] = [None] * len(changes)
+    events: list[dict[str, Any]] = []
+    notifications: list[dict[str, Any]] = []
+    for index in sorted(range(len(changes)), key=lambda i: changes[i].tx.id):
+        change = changes[index]
+        tx = change.tx
+        columns = change.columns(now)
+        result = await db.execute(
+            _compare_and_set(tuple(columns)),
+            {**columns, "_id": tx.id, "_version": tx.version},
+        )
+        if result.rowcount != 1:  # type: ignore[attr-defined]
+            continue
+        written[index] = columns
+        if not change.records_event:
+            continue
+        at = columns["updated_at"]
+        events.append(
+            {
+                "transaction_id": tx.id,
+                "from_status": tx.status,
+                "to_status": change.status,
+                "source": change.source,
+                "reason": change.reason,
+                "created_at": at,
+            }
+        )
+        if tx.callback_url:
+            # The client's notification is written with the change it reports (an outbox),
+            # so it is sent if and only if the change committed.
+            notifications.append(
+                {
+                    "transaction_id": tx.id,
+                    "client_id": tx.client_id,
+                    "url": tx.callback_url,
+                    "payload": {
+                        "event": "transaction.status_changed",
+                        "transactionId": tx.id,
+                        "status": change.status,
+                        "hash": columns.get("hash", tx.hash),
+                        "timestamp": rfc3339(at),
+                    },
+                    "state": "pending",
+                    "attempts": 0,
+                    "next_attempt_at": at,
+                    "created_at": at,
+                }
+            )
+    if events:
+        await db.execute(insert(_EVENTS), events)
+    if notifications:
+        await db.execute(insert(_NOTIFICATIONS), notifications)
+    return written
+
+
+@functools.cache
+def _compare_and_set(columns: tuple[str, ...]) -> Update:
+    """The UPDATE for one set of columns, built once: building and hashing a statement per
+    row cost more CPU than executing it."""
+    return (
+        update(_TRANSACTIONS)
+        .where(
+            _TRANSACTIONS.c.id == bindparam("_id"),
+            _TRANSACTIONS.c.version == bindparam("_version"),
+        )
+        .values({name: bindparam(name, type_=_TRANSACTIONS.c[name].type) for name in columns})
+    )
+
+
+def apply_written(tx: Transaction, columns: dict[str, Any]) -> None:
+    """Bring the row object up to what was written (without marking it dirty)."""
+    for key, value in columns.items():
+        set_committed_value(tx, key, value)
 
 
 async def transition(
@@ -28,49 +155,11 @@ async def transition(
     Returns False when the row moved on meanwhile (the caller reloads and decides again).
     On success ``tx`` is updated in place to the new state, including its version.
     """
-    now = values.pop("updated_at", None) or utcnow()
-    changes = {"status": new_status, "version": tx.version + 1, "updated_at": now, **values}
-    result = await session.execute(
-        update(Transaction)
-        .where(Transaction.id == tx.id, Transaction.version == tx.version)
-        .values(**changes)
-        .execution_options(synchronize_session=False)
-    )
-    if result.rowcount != 1:  # type: ignore[attr-defined]
+    change = Change(tx, new_status, source=source, reason=reason, values=values)
+    (columns,) = await write_changes(session, [change])
+    if columns is None:
         return False
-    if new_status != tx.status:
-        await session.execute(
-            insert(TransactionEvent).values(
-                transaction_id=tx.id,
-                from_status=tx.status,
-                to_status=new_status,
-                source=source,
-                reason=reason,
-                created_at=now,
-            )
-        )
-        if tx.callback_url:
-            # The client's notification is written with the change it reports (an outbox),
-            # so it is sent if and only if the change committed.
-            await session.execute(
-                insert(Notification).values(
-                    transaction_id=tx.id,
-                    client_id=tx.client_id,
-                    url=tx.callback_url,
-                    payload={
-                        "event": "transaction.status_changed",
-                        "transactionId": tx.id,
-                        "status": new_status,
-                        "hash": changes.get("hash", tx.hash),
-                        "timestamp": rfc3339(now),
-                    },
-                    next_attempt_at=now,
-                    created_at=now,
-                )
-            )
-    for key, value in changes.items():
-        # The database already has these values; do not let the ORM flush them again.
-        set_committed_value(tx, key, value)
+    apply_written(tx, columns)
     return True
 
 

@@ -19,6 +19,13 @@ async def load(session: AsyncSession, transaction_id: str) -> Transaction | None
     return tx
 
 
+async def load_many(session: AsyncSession, transaction_ids: list[str]) -> dict[str, Transaction]:
+    rows = await session.execute(select(Transaction).where(Transaction.id.in_(transaction_ids)))
+    found = {tx.id: tx for tx in rows.scalars()}
+    session.expunge_all()
+    return found
+
+
 async def executor_ids_taken(
     session: AsyncSession, executor_ids: Collection[str], except_id: str
 ) -> set[str]:

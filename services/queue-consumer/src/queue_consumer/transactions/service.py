@@ -33,13 +33,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from queue_consumer.retry import Failure
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.transactions import repository
+from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core import ethereum
-from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
-from relay_core.db.transitions import touch, transition
+from relay_core.db.transitions import Change
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
 from relay_core.statuses import TxStatus, TxType, is_terminal
-from relay_core.views import status_entry
 
 log = logging.getLogger(__name__)
 
@@ -70,12 +69,12 @@ class TransactionProcessor:
         settings: ConsumerSettings,
         sessions: async_sessionmaker[AsyncSession],
         executor: ExecutorClient,
-        cache: StatusCache | None,
+        writes: GroupCommit,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.executor = executor
-        self.cache = cache
+        self.writes = writes
         self.consumer_id = settings.consumer_id
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
         self._submit_budget = timedelta(seconds=settings.consumer_submit_budget_s)
@@ -91,9 +90,27 @@ class TransactionProcessor:
         same message may take its own claim over, a different copy of it may not."""
         return f"{message_id}@{self.consumer_id}"[:64]
 
-    async def process(self, transaction_id: str, message_id: str, *, last_receive: bool) -> Outcome:
+    async def load_many(self, transaction_ids: list[str]) -> dict[str, Transaction]:
+        """Snapshots of a receive batch's rows in one query (``process`` takes them)."""
+        if not transaction_ids:
+            return {}
         async with self.sessions() as session:
-            tx = await repository.load(session, transaction_id)
+            return await repository.load_many(session, transaction_ids)
+
+    async def process(
+        self,
+        transaction_id: str,
+        message_id: str,
+        *,
+        last_receive: bool,
+        snapshot: Transaction | None = None,
+    ) -> Outcome:
+        """``snapshot``: the row as read moments ago with its batch; every write is a
+        compare-and-set on its version, so a row changed since is decided afresh."""
+        tx = snapshot
+        if tx is None:
+            async with self.sessions() as session:
+                tx = await repository.load(session, transaction_id)
         if tx is None:
             return Outcome(Failure.poison, "no transaction with this id", action="unknown")
         if is_terminal(tx.status) or tx.status in (TxStatus.submitted, TxStatus.mined):
@@ -169,9 +186,8 @@ class TransactionProcessor:
         )
         try:
             # One deadline for the whole call, so the in-doubt window has a known end.
-            result = await asyncio.wait_for(
-                self.executor.submit(self.executor_payload(tx)), self.settings.executor_timeout_s
-            )
+            async with asyncio.timeout(self.settings.executor_timeout_s):
+                result = await self.executor.submit(self.executor_payload(tx))
         except TimeoutError:
             exc = ExecutorError(ErrorKind.timeout, "executor did not answer in time")
             return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
@@ -438,19 +454,10 @@ class TransactionProcessor:
         source: str = SOURCE,
         **values: Any,
     ) -> bool:
-        """Compare-and-set, commit, then write through to Redis (MySQL first, always)."""
-        async with self.sessions() as session, session.begin():
-            if str(status) == tx.status and reason is None:
-                ok = await touch(session, tx, **values)
-            else:
-                ok = await transition(
-                    session, tx, str(status), source=source, reason=reason, **values
-                )
-        if ok and self.cache is not None:
-            await self.cache.put_quietly(
-                tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
-            )
-        return ok
+        """Compare-and-set, committed (with other messages' writes), then written through to
+        Redis (MySQL first, always). On success ``tx`` holds the new state."""
+        change = Change(tx, str(status), source=source, reason=reason, values=values)
+        return await self.writes.write(change)
 
     async def touch_claim(self, transaction_id: str, message_id: str) -> None:
         async with self.sessions() as session, session.begin():

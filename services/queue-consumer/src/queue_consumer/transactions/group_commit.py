@@ -1,0 +1,137 @@
+"""Group commit: the status writes of concurrent messages share one database transaction.
+
+Every message claims its row before the executor call and records the answer after it, each
+a compare-and-set plus an event row. Committed one by one that is six round trips and two
+Redis calls per message. Here each write waits in a queue; a writer takes everything queued
+(up to ``max_batch``), runs the compare-and-sets in one transaction with the event rows as
+one INSERT, commits once, writes Redis in one pipeline and only then answers each waiter. At
+light load a batch holds one write and nothing waits; under load batches grow by themselves,
+because whatever arrives while one batch commits goes into the next.
+
+The contract for a caller is that of its own transaction: ``write`` returns True once the
+change is committed, False if the row had moved on (nothing written), and raises if the
+database failed (nothing written, or, if the caller was cancelled meanwhile, unknown: the
+compare-and-set makes a retry safe either way).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay_core.cache import CacheWrite, StatusCache
+from relay_core.db.transitions import Change, apply_written, write_changes
+from relay_core.statuses import is_terminal
+from relay_core.views import status_entry
+
+log = logging.getLogger(__name__)
+
+_Pending = tuple[Change, "asyncio.Future[bool]"]
+
+
+class GroupCommit:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        cache: StatusCache | None,
+        *,
+        writers: int = 2,
+        max_batch: int = 64,
+    ) -> None:
+        self._engine = engine
+        self._cache = cache
+        self._writers = writers
+        self._max_batch = max_batch
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.batches = 0
+        self.writes = 0
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run(), name=f"group-commit-{i}") for i in range(self._writers)
+        ]
+
+    async def stop(self) -> None:
+        """Finish what is queued, then stop the writers."""
+        if self._tasks:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._queue.join(), 30)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        self._tasks = []
+
+    async def write(self, change: Change) -> bool:
+        if not self._tasks:  # not started (tests, one-off tools): a transaction of its own
+            return (await self._commit([change]))[0]
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.put_nowait((change, future))
+        return await future
+
+    async def _run(self) -> None:
+        while True:
+            batch = [await self._queue.get()]
+            while len(batch) < self._max_batch and not self._queue.empty():
+                batch.append(self._queue.get_nowait())
+            try:
+                # A waiter cancelled before its batch started gives up its write.
+                live = [(change, future) for change, future in batch if not future.cancelled()]
+                if live:
+                    await self._settle(live)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+
+    async def _settle(self, batch: list[_Pending]) -> None:
+        changes = [change for change, _ in batch]
+        try:
+            results = await self._commit(changes)
+        except asyncio.CancelledError:
+            for _, future in batch:
+                if not future.done():
+                    future.cancel()
+            raise
+        except Exception as exc:
+            if len(batch) > 1 and _worth_alone(exc):
+                # One change may have doomed the others (a deadlock, a value the column
+                # refuses): each gets a transaction of its own.
+                log.warning("consumer.group_commit.split", extra={"error": str(exc)[:200]})
+                for pending in batch:
+                    await self._settle([pending])
+                return
+            for _, future in batch:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        for (_, future), ok in zip(batch, results, strict=True):
+            if not future.done():
+                future.set_result(ok)
+
+    async def _commit(self, changes: list[Change]) -> list[bool]:
+        async with self._engine.begin() as conn:
+            written = await write_changes(conn, changes)
+        self.batches += 1
+        self.writes += len(changes)
+        cache_writes = []
+        for change, columns in zip(changes, written, strict=True):
+            if columns is None:
+                continue
+            apply_written(change.tx, columns)
+            tx = change.tx
+            cache_writes.append(
+                CacheWrite(tx.id, tx.version, status_entry(tx), is_terminal(tx.status))
+            )
+        if self._cache is not None:
+            await self._cache.put_many_quietly(cache_writes)
+        return [columns is not None for columns in written]
+
+
+def _worth_alone(exc: Exception) -> bool:
+    """Whether retrying each change on its own could succeed where the batch failed: not when
+    the database itself is unreachable."""
+    return not (isinstance(exc, DBAPIError) and exc.connection_invalidated)

@@ -1,0 +1,164 @@
+"""Group commit: concurrent status writes share a transaction and keep the guarantees of
+one transaction each (compare-and-set, event row, Redis after commit)."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from consumer_testkit import seed_rows
+from sqlalchemy import event, func, select
+
+from queue_consumer.transactions import repository
+from queue_consumer.transactions.group_commit import GroupCommit
+from relay_core.cache import StatusCache, connect
+from relay_core.db.engine import create_engine, create_sessionmaker
+from relay_core.db.models import Transaction, TransactionEvent
+from relay_core.db.transitions import Change
+from relay_core.settings import InfraSettings
+
+REDIS_URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+async def setup(database_url: str) -> AsyncIterator[dict[str, Any]]:
+    engine = create_engine(InfraSettings(database_url=database_url, database_pool_size=4))
+    redis = connect(REDIS_URL, 1.0)
+    cache = StatusCache(redis, f"relaytest:{uuid.uuid4().hex[:8]}:")
+    commits: list[int] = []
+    event.listen(engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    yield {
+        "engine": engine,
+        "sessions": create_sessionmaker(engine),
+        "cache": cache,
+        "commits": commits,
+        "database_url": database_url,
+    }
+    await redis.aclose()
+    await engine.dispose()
+
+
+async def _load(setup: dict[str, Any], ids: list[str]) -> dict[str, Transaction]:
+    async with setup["sessions"]() as session:
+        return await repository.load_many(session, ids)
+
+
+async def _events(setup: dict[str, Any], tx_id: str) -> int:
+    async with setup["sessions"]() as session:
+        count = await session.scalar(
+            select(func.count()).where(TransactionEvent.transaction_id == tx_id)
+        )
+    return int(count or 0)
+
+
+async def test_concurrent_writes_commit_together_and_each_lands_with_its_event(
+    setup: dict[str, Any],
+) -> None:
+    ids = seed_rows(setup["database_url"], 20)
+    rows = await _load(setup, ids)
+    writes = GroupCommit(setup["engine"], setup["cache"], writers=1, max_batch=64)
+    writes.start()
+    try:
+        results = await asyncio.gather(
+            *(
+                writes.write(
+                    Change(rows[i], "processing", source="consumer", values={"attempts": 1})
+                )
+                for i in ids
+            )
+        )
+    finally:
+        await writes.stop()
+
+    assert results == [True] * 20
+    # One writer, all queued at once: far fewer transactions than writes.
+    assert writes.writes == 20
+    assert writes.batches <= 3
+    assert len(setup["commits"]) == writes.batches
+    after = await _load(setup, ids)
+    for tx_id in ids:
+        assert (after[tx_id].status, after[tx_id].version, after[tx_id].attempts) == (
+            "processing",
+            2,
+            1,
+        )
+        assert rows[tx_id].version == 2  # the caller's object holds the committed state
+        assert await _events(setup, tx_id) == 1
+        cached = await setup["cache"].get(tx_id)
+        assert cached is not None
+        assert cached[0] == 2
+        assert cached[1]["status"] == "processing"
+
+
+async def test_two_writes_from_the_same_read_in_one_batch_only_one_wins(
+    setup: dict[str, Any],
+) -> None:
+    (tx_id,) = seed_rows(setup["database_url"], 1)
+    first = (await _load(setup, [tx_id]))[tx_id]
+    second = (await _load(setup, [tx_id]))[tx_id]
+    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes.start()
+    try:
+        results = await asyncio.gather(
+            writes.write(Change(first, "processing", source="a", values={"claimed_by": "a"})),
+            writes.write(Change(second, "processing", source="b", values={"claimed_by": "b"})),
+        )
+    finally:
+        await writes.stop()
+
+    assert sorted(results) == [False, True]
+    row = (await _load(setup, [tx_id]))[tx_id]
+    assert row.claimed_by == ("a" if results[0] else "b")
+    assert row.version == 2
+    assert await _events(setup, tx_id) == 1
+
+
+async def test_a_change_the_database_refuses_fails_alone_not_its_batch(
+    setup: dict[str, Any],
+) -> None:
+    ids = seed_rows(setup["database_url"], 3)
+    rows = await _load(setup, ids)
+    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes.start()
+    try:
+        bad = Change(rows[ids[0]], "processing", values={"claimed_by": "x" * 500})  # > 64
+        results = await asyncio.gather(
+            writes.write(bad),
+            writes.write(Change(rows[ids[1]], "processing")),
+            writes.write(Change(rows[ids[2]], "processing")),
+            return_exceptions=True,
+        )
+    finally:
+        await writes.stop()
+
+    assert isinstance(results[0], Exception)
+    assert results[1:] == [True, True]
+    after = await _load(setup, ids)
+    assert [after[i].status for i in ids] == ["pending", "processing", "processing"]
+    assert await _events(setup, ids[0]) == 0
+
+
+async def test_a_write_whose_caller_gave_up_before_its_batch_is_not_made(
+    setup: dict[str, Any],
+) -> None:
+    ids = seed_rows(setup["database_url"], 2)
+    rows = await _load(setup, ids)
+    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes.start()
+    try:
+        # The writer is busy with the first write while the second waits in the queue.
+        first = asyncio.create_task(writes.write(Change(rows[ids[0]], "processing")))
+        second = asyncio.create_task(writes.write(Change(rows[ids[1]], "processing")))
+        await asyncio.sleep(0)
+        second.cancel()
+        assert await first
+        with pytest.raises(asyncio.CancelledError):
+            await second
+    finally:
+        await writes.stop()
+
+    after = await _load(setup, ids)
+    assert [after[i].status for i in ids] == ["processing", "pending"]
