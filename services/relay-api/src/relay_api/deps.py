@@ -16,7 +16,8 @@ from relay_core.errors import UnsupportedMediaType
 from relay_core.queue import TransactionMessage
 
 
-def get_runtime(request: Request) -> Runtime:
+# Plain `def` dependencies would run in a worker thread; these do no I/O.
+async def get_runtime(request: Request) -> Runtime:
     runtime: Runtime = request.app.state.runtime
     return runtime
 
@@ -63,14 +64,14 @@ async def get_caller(
 CallerDep = Annotated[Caller, Depends(get_caller)]
 
 
-def get_cache(runtime: RuntimeDep) -> StatusCache | None:
+async def get_cache(runtime: RuntimeDep) -> StatusCache | None:
     return runtime.cache
 
 
 CacheDep = Annotated[StatusCache | None, Depends(get_cache)]
 
 
-def require_json(request: Request) -> None:
+async def require_json(request: Request) -> None:
     content_type = request.headers.get("content-type", "")
     media_type = content_type.split(";", 1)[0].strip().lower()
     if media_type != "application/json":

@@ -26,12 +26,24 @@ class WorkQueue:
         return self._url
 
     async def send(self, messages: Sequence[TransactionMessage]) -> set[str]:
-        """Send in batches of 10; return the transaction ids SQS accepted. Raises on outage."""
+        """Send in batches of 10, concurrently; return the transaction ids SQS accepted.
+
+        Raises when nothing could be sent because of an error (SQS down); a partial failure
+        returns what was sent, and the rest is left to the sweeper.
+        """
         url = await self.url()
+        chunks = [messages[start : start + 10] for start in range(0, len(messages), 10)]
+        sends = [asyncio.wait_for(send_batch(self._sqs, url, c), self._timeout_s) for c in chunks]
+        results = await asyncio.gather(*sends, return_exceptions=True)
         sent: set[str] = set()
-        for start in range(0, len(messages), 10):
-            chunk = messages[start : start + 10]
-            sent |= await asyncio.wait_for(send_batch(self._sqs, url, chunk), self._timeout_s)
+        errors: list[BaseException] = []
+        for result in results:
+            if isinstance(result, BaseException):
+                errors.append(result)
+            else:
+                sent |= result
+        if errors and not sent:
+            raise errors[0]
         return sent
 
     async def ping(self) -> None:
