@@ -308,6 +308,7 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
                             hit=scale.status_hit,
                             miss=scale.status_miss,
                             upstream=scale.status_upstream,
+                            profile_dir=profile_dir,
                         ),
                     )
                 if "accept" in only:
@@ -363,8 +364,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("py-spy is not installed: run `uv sync` (it is in the dev group)")
     scale = SMOKE if args.smoke else PROFILE if args.profile else FULL
     if args.accept_rates:
+        rates = tuple(int(r) for r in args.accept_rates.split(","))
         scale = dataclasses.replace(
-            scale, accept_rates=tuple(int(r) for r in args.accept_rates.split(","))
+            scale,
+            accept_rates=rates,
+            # --profile with chosen rates profiles the first of them
+            profile_rate=rates[0] if scale.profile_rate is not None else None,
         )
     if args.consumer_cases:
         cases = tuple(

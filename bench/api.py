@@ -164,6 +164,7 @@ async def status_tiers(
     hit: tuple[int, float],
     miss: tuple[int, float],
     upstream: tuple[int, float],
+    profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     assert run.stub is not None
     await infra.stub_configure(run.stub, 0)
@@ -206,18 +207,25 @@ async def status_tiers(
         ("upstream", stale, upstream),
     ):
         await server.db_counts(reset=True)
-        result = await infra.run_loadgen(
-            run,
-            server.spec(
-                method="GET",
-                paths=paths(ids),
-                rate=rate,
-                count=count,
-                expect_status=[200],
-                expect_header={"X-Cache": tier},
-            ),
-            f"status-{tier}",
-        )
+        profiler = None
+        if profile_dir is not None:
+            profiler = profiling.start(server.process.pid, profile_dir / f"api-status-{tier}.txt")
+        try:
+            result = await infra.run_loadgen(
+                run,
+                server.spec(
+                    method="GET",
+                    paths=paths(ids),
+                    rate=rate,
+                    count=count,
+                    expect_status=[200],
+                    expect_header={"X-Cache": tier},
+                ),
+                f"status-{tier}",
+            )
+        finally:
+            if profiler is not None:
+                profiling.stop(profiler)
         counts = await server.db_counts()
         check(
             result["error_count"] == 0,

@@ -112,6 +112,8 @@ class Recorder:
     expect_status: set[int]
     expect_header: dict[str, str]
     latencies_ms: list[float] = field(default_factory=list)
+    # latencies by the second (since the first due request) their request was due in
+    by_second: dict[int, list[float]] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     header_values: Counter[str] = field(default_factory=Counter)
     ok: int = 0
@@ -119,7 +121,10 @@ class Recorder:
     last_done: float = 0.0
 
     def record(self, due: float, done: float, status: int, headers: dict[str, str]) -> None:
-        self.latencies_ms.append((done - due) * 1000)
+        latency_ms = (done - due) * 1000
+        self.latencies_ms.append(latency_ms)
+        second = int(due - (self.first_due or due))
+        self.by_second.setdefault(second, []).append(latency_ms)
         self.last_done = max(self.last_done, done)
         problem = None
         if status not in self.expect_status:
@@ -282,6 +287,11 @@ class Generator:
             # OK answers over the time from the first due request to the last answer.
             "achieved_rate": round(rec.ok / elapsed, 1) if completed else 0.0,
             "latency_ms": latency_summary(rec.latencies_ms),
+            # where a tail comes from: a few stalls, or steady queueing
+            "timeline": [
+                {"second": second, "requests": len(values), **latency_summary(values)}
+                for second, values in sorted(rec.by_second.items())
+            ],
             "header_values": dict(rec.header_values),
             "connections_opened": self.pool.opened,
             "stale_connection_retries": self.stale_retries,

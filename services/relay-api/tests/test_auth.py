@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import os
 import subprocess
@@ -10,11 +11,13 @@ import uuid
 
 import httpx
 from api_testkit import DEAD
-from sqlalchemy import select
+from sqlalchemy import event, select
 
 from relay_api.auth import repository
+from relay_api.auth.service import Authenticator
 from relay_api.runtime import Runtime
 from relay_core.db.models import ApiClient
+from relay_core.errors import Unauthorized
 
 DIRECT = "/api/v1/relay/direct"
 
@@ -87,3 +90,26 @@ async def test_cli_keys_create_prints_a_working_key_alone_on_the_last_line(
     assert " " not in key
     accepted = await client.post(DIRECT, json={"to": DEAD}, headers={"X-API-Key": key})
     assert accepted.status_code == 202
+
+
+async def test_requests_arriving_together_with_an_uncached_key_share_one_lookup(
+    runtime: Runtime, api_key: str
+) -> None:
+    authenticator = Authenticator(runtime.sessions, ttl_s=5)
+    reads = 0
+
+    def count(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        nonlocal reads
+        reads += "FROM api_clients" in statement
+
+    event.listen(runtime.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        callers = await asyncio.gather(*(authenticator.authenticate(api_key) for _ in range(20)))
+        bad = await asyncio.gather(
+            *(authenticator.authenticate(api_key + "x") for _ in range(5)), return_exceptions=True
+        )
+    finally:
+        event.remove(runtime.engine.sync_engine, "before_cursor_execute", count)
+    assert reads == 2  # one per key, not one per request
+    assert len({caller.id for caller in callers}) == 1
+    assert all(isinstance(result, Unauthorized) for result in bad)

@@ -3,6 +3,7 @@ the ERC2771Forwarder ``execute`` calldata (OpenZeppelin Contracts v5 layout)."""
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,12 @@ _HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})*$")
 _DECIMAL = re.compile(r"^(?:0|[1-9][0-9]*)$")
 
 
+@functools.lru_cache(maxsize=4096)
 def check_address(value: str) -> str:
-    """Return the EIP-55 form of ``value``; mixed case must already carry a valid checksum."""
+    """Return the EIP-55 form of ``value``; mixed case must already carry a valid checksum.
+
+    Cached: a keccak per call, and clients send to the same few addresses again and again
+    (an invalid address raises, and exceptions are not cached)."""
     if not _ADDRESS.match(value):
         raise ValueError("must be 0x followed by 40 hex digits")
     body = value[2:]

@@ -64,7 +64,9 @@ class InfraSettings(BaseSettings):
         validation_alias=env("DATABASE_URL", "RELAY_DATABASE_URL"),
         description="SQLAlchemy URL: mysql://user:pass@host:3306/relay or sqlite:///path.db",
     )
-    database_pool_size: int = Field(10, ge=1, le=200, description="connections kept per process")
+    database_pool_size: int = Field(
+        10, ge=1, le=200, description="connections per process, the most it opens (no overflow)"
+    )
     database_connect_timeout_s: float = Field(
         3.0, gt=0, description="connect timeout; an unreachable database answers 503 after it"
     )

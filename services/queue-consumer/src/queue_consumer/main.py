@@ -21,6 +21,7 @@ from queue_consumer.transactions.group_commit import GroupCommit
 from queue_consumer.transactions.service import TransactionProcessor
 from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
+from relay_core import gctuning
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
@@ -152,6 +153,7 @@ async def run(settings: ConsumerSettings) -> dict[str, Any]:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     async with open_consumer(settings, stop) as consumer:
+        gctuning.freeze_after_startup()
         log.info(
             "consumer.started",
             extra={

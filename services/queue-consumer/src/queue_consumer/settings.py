@@ -12,7 +12,9 @@ from relay_core.settings import InfraSettings
 
 class ConsumerSettings(InfraSettings):
     # Sized for the default concurrency: each message holds a connection only briefly.
-    database_pool_size: int = Field(20, ge=1, le=200, description="connections kept per process")
+    database_pool_size: int = Field(
+        20, ge=1, le=200, description="connections per process, the most it opens (no overflow)"
+    )
     executor_handler_timeout_s: float = Field(
         30.0,
         gt=0,

@@ -16,6 +16,7 @@ from relay_api.responses import Json
 from relay_api.runtime import open_runtime
 from relay_api.settings import ApiSettings
 from relay_api.webhooks.endpoints import router as webhooks_router
+from relay_core import gctuning
 
 
 def create_app(settings: ApiSettings | None = None, *, background: bool = True) -> FastAPI:
@@ -25,6 +26,7 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         async with open_runtime(settings, background=background) as runtime:
             app.state.runtime = runtime
+            gctuning.freeze_after_startup()
             yield
 
     app = FastAPI(

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import Annotated
 
 from fastapi import Depends, Header, Request
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import Caller
 from relay_api.runtime import Runtime
@@ -25,25 +24,47 @@ async def get_runtime(request: Request) -> Runtime:
 RuntimeDep = Annotated[Runtime, Depends(get_runtime)]
 
 
-@dataclass
 class UnitOfWork:
     """One session per request, committed in exactly one place; messages published and
-    caches written only after that commit."""
+    caches written only after that commit. The session is opened on first use: a status
+    answered from Redis never touches the database."""
 
-    session: AsyncSession
-    outbox: list[TransactionMessage] = field(default_factory=list)
-    after_commit: list[Callable[[], Awaitable[None]]] = field(default_factory=list)
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+        self._session: AsyncSession | None = None
+        self.outbox: list[TransactionMessage] = []
+        self.after_commit: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def session(self) -> AsyncSession:
+        if self._session is None:
+            self._session = self._sessions()
+        return self._session
+
+    async def commit(self) -> None:
+        if self._session is not None:
+            await self._session.commit()
+
+    async def rollback(self) -> None:
+        if self._session is not None:
+            await self._session.rollback()
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
 
 
 async def get_uow(runtime: RuntimeDep) -> AsyncIterator[UnitOfWork]:
-    async with runtime.sessions() as session:
-        uow = UnitOfWork(session)
+    uow = UnitOfWork(runtime.sessions)
+    try:
         try:
             yield uow
-            await session.commit()
+            await uow.commit()
         except BaseException:
-            await session.rollback()
+            await uow.rollback()
             raise
+    finally:
+        await uow.close()
     # Only now is the row durable; only now may the message leave.
     if uow.outbox:
         runtime.publisher.publish(uow.outbox)

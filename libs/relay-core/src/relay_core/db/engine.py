@@ -10,13 +10,20 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlalchemy.ext.asyncio import AsyncSession as AsyncSession
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
+from relay_core import jsonutil
 from relay_core.settings import InfraSettings
 
 
 def create_engine(settings: InfraSettings) -> AsyncEngine:
     url = make_url(settings.async_database_url)
     if url.get_backend_name() == "sqlite":
-        engine = create_async_engine(url, connect_args={"timeout": 30}, pool_pre_ping=False)
+        engine = create_async_engine(
+            url,
+            connect_args={"timeout": 30},
+            pool_pre_ping=False,
+            json_serializer=jsonutil.dumps,
+            json_deserializer=jsonutil.loads,
+        )
 
         @event.listens_for(engine.sync_engine, "connect")
         def _sqlite_pragmas(dbapi_conn, _record):  # type: ignore[no-untyped-def]
@@ -31,7 +38,11 @@ def create_engine(settings: InfraSettings) -> AsyncEngine:
     engine = create_async_engine(
         url,
         pool_size=settings.database_pool_size,
-        max_overflow=settings.database_pool_size // 2,
+        # No overflow: connections opened past the pool are closed again on return, so under
+        # a burst every request paid a connect (measured: 142 connects in 20 s at 500 req/s,
+        # each slowing the burst further). Work waits for a pooled connection instead, and
+        # pool size x processes is exactly the MySQL max_connections budget.
+        max_overflow=0,
         pool_recycle=1800,
         pool_pre_ping=False,  # a ping per checkout would double the accept path round trips
         # The pool's own ROLLBACK on return would follow every COMMIT: one more round trip per
@@ -40,6 +51,9 @@ def create_engine(settings: InfraSettings) -> AsyncEngine:
         pool_reset_on_return=None,
         pool_timeout=settings.database_pool_timeout_s,
         connect_args={"connect_timeout": settings.database_connect_timeout_s},
+        # JSON columns (the request, the executor's answer) through orjson, not json
+        json_serializer=jsonutil.dumps,
+        json_deserializer=jsonutil.loads,
     )
     event.listen(engine.sync_engine, "reset", _reset_if_in_transaction)
     return engine

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import time
 from dataclasses import dataclass
@@ -46,6 +47,7 @@ class Authenticator:
         self._sessions = sessions
         self._ttl_s = ttl_s
         self._verified: dict[str, tuple[Caller, float]] = {}
+        self._lookups: dict[str, asyncio.Future[Caller]] = {}
 
     async def authenticate(self, presented: str | None) -> Caller:
         if not presented:
@@ -54,9 +56,19 @@ class Authenticator:
             raise Unauthorized("invalid API key")
         digest = apikeys.hash_key(presented)
         cached = self._verified.get(digest)
-        now = time.monotonic()
-        if cached is not None and cached[1] > now:
+        if cached is not None and cached[1] > time.monotonic():
             return cached[0]
+        # One database read per key however many requests arrive while it runs (an expiring
+        # entry would otherwise send every request in flight to the database at once).
+        lookup = self._lookups.get(digest)
+        if lookup is None:
+            lookup = asyncio.ensure_future(self._lookup(digest))
+            self._lookups[digest] = lookup
+            lookup.add_done_callback(lambda _: self._lookups.pop(digest, None))
+        # shield: a request that gives up does not cancel the read the others wait for
+        return await asyncio.shield(lookup)
+
+    async def _lookup(self, digest: str) -> Caller:
         async with self._sessions() as session:
             client = await repository.active_by_hash(session, digest)
         # The index lookup finds the row; the constant-time comparison is the check.
@@ -69,7 +81,7 @@ class Authenticator:
         if self._ttl_s > 0:
             if len(self._verified) > 10_000:
                 self._verified.clear()
-            self._verified[digest] = (caller, now + self._ttl_s)
+            self._verified[digest] = (caller, time.monotonic() + self._ttl_s)
         return caller
 
 

@@ -101,9 +101,12 @@ async def get_status(
 ) -> Json:
     """Status from Redis, else MySQL (which backfills Redis), refreshed from the executor when
     it is not final and not fresh. ``X-Cache`` names the tier: hit, miss or upstream."""
-    entry, tier = await service.status(
-        uow.session, cache, runtime.refresher, caller, str(transaction_id)
-    )
+    entry = await service.cached_status(cache, caller, str(transaction_id))
+    tier = "hit"
+    if entry is None:  # only now does the request open a database session
+        entry, tier = await service.status(
+            uow.session, cache, runtime.refresher, caller, str(transaction_id)
+        )
     return Json(service.public(entry), headers={"X-Cache": tier})
 
 

@@ -10,6 +10,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from relay_core.db.models import Transaction
 
 _TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
+# Built once: a statement built per request (values bound into it) costs its construction and
+# its cache key on every call; the parameters are passed beside it instead.
+_INSERT = insert(_TRANSACTIONS)
 
 
 async def add(session: AsyncSession, tx: Transaction) -> None:
@@ -26,7 +29,7 @@ async def add(session: AsyncSession, tx: Transaction) -> None:
             value = default(None) if callable(default) else default
             setattr(tx, column.key, value)
         values[column.key] = value
-    await session.execute(insert(_TRANSACTIONS).values(values))
+    await session.execute(_INSERT, values)
 
 
 async def by_id(session: AsyncSession, transaction_id: str) -> Transaction | None:

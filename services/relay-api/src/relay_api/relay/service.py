@@ -206,6 +206,21 @@ async def _resolve_duplicate(
     raise Conflict("conflicting transaction")
 
 
+async def cached_status(
+    cache: StatusCache | None, caller: Caller, transaction_id: str
+) -> dict[str, Any] | None:
+    """The caller's view from Redis (tier ``hit``), or None: then :func:`status` answers."""
+    if cache is None:
+        return None
+    cached = await cache.get_quietly(transaction_id)
+    if cached is None:
+        return None
+    _, entry = cached
+    _check_owner(caller, entry["clientId"])
+    metrics.STATUS_READS.labels("hit").inc()
+    return entry
+
+
 async def status(
     session: AsyncSession,
     cache: StatusCache | None,
@@ -213,16 +228,9 @@ async def status(
     caller: Caller,
     transaction_id: str,
 ) -> tuple[dict[str, Any], str]:
-    """The caller's view of a transaction and the tier that answered it:
-    ``hit`` (Redis), ``miss`` (MySQL, which backfills Redis) or ``upstream`` (refreshed from
-    the executor because the stored status was not final and not fresh)."""
-    if cache is not None:
-        cached = await cache.get_quietly(transaction_id)
-        if cached is not None:
-            _, entry = cached
-            _check_owner(caller, entry["clientId"])
-            metrics.STATUS_READS.labels("hit").inc()
-            return entry, "hit"
+    """The caller's view of a transaction Redis did not have, and the tier that answered it:
+    ``miss`` (MySQL, which backfills Redis) or ``upstream`` (refreshed from the executor
+    because the stored status was not final and not fresh)."""
     tx = await repository.by_id(session, transaction_id)
     if tx is None:
         if caller.is_admin and refresher is not None:
