@@ -40,6 +40,7 @@ class Scale:
     sqs_messages: int
     db_seconds: float
     db_concurrency: tuple[int, ...]
+    db_latency: tuple[int, float]  # rate, seconds
     http_seconds: float
     http_concurrency: int
     http_latency: tuple[int, float]  # rate, seconds
@@ -64,6 +65,7 @@ FULL = Scale(
     sqs_messages=3000,
     db_seconds=3.0,
     db_concurrency=(1, 10, 20),
+    db_latency=(500, 10.0),
     http_seconds=5.0,
     http_concurrency=32,
     http_latency=(500, 4.0),
@@ -83,6 +85,7 @@ SMOKE = Scale(
     sqs_messages=300,
     db_seconds=0.5,
     db_concurrency=(1, 10),
+    db_latency=(100, 1.0),
     http_seconds=1.0,
     http_concurrency=16,
     http_latency=(100, 1.0),
@@ -212,6 +215,10 @@ async def measure_ceilings(
         )
         if value:
             db_results.append(value)
+    db_latency = await step(
+        "ceiling.db.latency",
+        lambda: ceilings.db_latency_ceiling(db_url, *scale.db_latency),
+    )
     run.drop_database(db_url)
     http = await step(
         "ceiling.http",
@@ -219,7 +226,7 @@ async def measure_ceilings(
             run, scale.http_seconds, scale.http_concurrency, *scale.http_latency, bare_server
         ),
     )
-    return {"sqs": sqs_results, "db": db_results, "http": http}
+    return {"sqs": sqs_results, "db": db_results, "db_latency": db_latency, "http": http}
 
 
 async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any], list[str]]:

@@ -141,6 +141,68 @@ async def db_ceiling(database_url: str, concurrency: int, duration_s: float) -> 
     }
 
 
+async def db_latency_ceiling(
+    database_url: str, rate: int, duration_s: float, connections: int = 10
+) -> dict[str, Any]:
+    """INSERT + COMMIT of a transactions row at a steady ``rate`` (open loop, latency from
+    each insert's due time) over ``connections`` connections, asyncmy and nothing else: what
+    the accept path's database part alone achieves at that rate, the floor under its p99."""
+    from bench.loadgen import latency_summary
+
+    client_id = infra.create_client(database_url, name="ceiling-latency")
+    url = make_url(database_url)
+    idle: asyncio.Queue[Any] = asyncio.Queue()
+    for _ in range(connections):
+        idle.put_nowait(
+            await asyncmy.connect(
+                host=url.host or "127.0.0.1",
+                port=url.port or 3306,
+                user=url.username or "root",
+                password=url.password or "",
+                database=url.database,
+                autocommit=False,
+            )
+        )
+    request = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
+    latencies_ms: list[float] = []
+    stalls: list[dict[str, float]] = []
+
+    async def insert(due: float) -> None:
+        connection = await idle.get()
+        try:
+            async with connection.cursor() as cursor:
+                await cursor.execute(
+                    _INSERT, (str(uuid.uuid4()), client_id, request, uuid.uuid4().hex)
+                )
+            await connection.commit()
+        finally:
+            idle.put_nowait(connection)
+        latency = (time.perf_counter() - due) * 1000
+        latencies_ms.append(latency)
+        if latency > 50:
+            stalls.append({"at_s": round(due - start, 2), "ms": round(latency, 1)})
+
+    count = int(rate * duration_s)
+    start = time.perf_counter() + 0.05
+    tasks = []
+    for i in range(count):
+        due = start + i / rate
+        delay = due - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.create_task(insert(due)))
+    await asyncio.gather(*tasks)
+    while not idle.empty():
+        idle.get_nowait().close()
+    return {
+        "rate": rate,
+        "connections": connections,
+        "inserts": count,
+        "latency_ms": latency_summary(latencies_ms),
+        "stalls_over_50ms": stalls[:50],
+    }
+
+
 def start_bare_server(run: Run) -> tuple[Any, int]:
     return run.spawn_server("bare-server", "bare")
 

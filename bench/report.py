@@ -76,6 +76,18 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "rows/s",
             )
         )
+    db_latency = ceilings.get("db_latency") or {}
+    if db_latency:
+        lat = db_latency["latency_ms"]
+        out.append(
+            Row(
+                "ceiling",
+                f"MariaDB INSERT+COMMIT latency p50 / p99 / max at {db_latency['rate']}/s, "
+                f"{db_latency['connections']} connections (open loop)",
+                f"{lat['p50']} / {lat['p99']} / {lat['max']}",
+                "ms",
+            )
+        )
     if http:
         out.append(
             Row(
@@ -209,6 +221,18 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 None,
             )
         )
+        if is_target and db_latency:
+            # The accept path commits before it answers: its p99 cannot beat the database's.
+            out.append(
+                Row(
+                    name,
+                    "p99",
+                    lat["p99"],
+                    "ms",
+                    _get(db_latency, "latency_ms", "p99"),
+                    f"MariaDB INSERT+COMMIT p99 at {db_latency['rate']}/s",
+                )
+            )
         out.append(Row(name, "errors", level["error_count"], ""))
         trips = level["db_round_trips_per_accepted"]
         out.append(

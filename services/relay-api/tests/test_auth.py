@@ -10,6 +10,7 @@ import sys
 import uuid
 
 import httpx
+import pytest
 from api_testkit import DEAD
 from sqlalchemy import event, select
 
@@ -113,3 +114,24 @@ async def test_requests_arriving_together_with_an_uncached_key_share_one_lookup(
     assert reads == 2  # one per key, not one per request
     assert len({caller.id for caller in callers}) == 1
     assert all(isinstance(result, Unauthorized) for result in bad)
+
+
+async def test_a_key_in_use_is_verified_again_before_it_expires_and_revocation_lands(
+    runtime: Runtime, api_key: str
+) -> None:
+    now = [1000.0]
+    authenticator = Authenticator(runtime.sessions, ttl_s=10.0, clock=lambda: now[0])
+    caller = await authenticator.authenticate(api_key)
+    async with runtime.sessions() as session, session.begin():
+        assert await repository.revoke(session, caller.id)
+    now[0] += 7.0  # not yet in the last fifth: trusted, nothing read
+    assert (await authenticator.authenticate(api_key)).id == caller.id
+    now[0] += 1.5  # in the last fifth: still trusted, and this use starts the check ...
+    assert (await authenticator.authenticate(api_key)).id == caller.id
+    for _ in range(100):  # ... which runs in the background
+        await asyncio.sleep(0.02)
+        if not authenticator._lookups:
+            break
+    # The check found the key revoked: refused although the entry had 1.5 s left.
+    with pytest.raises(Unauthorized):
+        await authenticator.authenticate(api_key)

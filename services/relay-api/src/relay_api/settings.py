@@ -31,7 +31,10 @@ class ApiSettings(InfraSettings):
     )
 
     auth_cache_ttl_s: float = Field(
-        5.0, ge=0, description="how long a verified key is trusted before it is re-read"
+        5.0,
+        ge=0,
+        description="how long a verified key is trusted (a revocation takes effect within "
+        "it); keys in use are re-read in the background before it runs out",
     )
     status_cache_terminal_ttl_s: int = Field(
         600, ge=1, description="Redis TTL of a final status (confirmed, failed, ...)"

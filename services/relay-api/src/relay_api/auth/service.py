@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hmac
+import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -13,6 +16,8 @@ from relay_api.auth import repository
 from relay_core import apikeys
 from relay_core.db.models import ApiClient
 from relay_core.errors import Unauthorized
+
+log = logging.getLogger(__name__)
 
 ADMIN = "admin"
 CLIENT = "client"
@@ -34,7 +39,9 @@ class Authenticator:
     """Verifies keys against the stored SHA-256 digests.
 
     A verified key is trusted for ``ttl_s`` seconds without a database read, so revoking a
-    key takes effect within that time (0 disables the cache).
+    key takes effect within that time (0 disables the cache). A key in use is verified again
+    in the background during the last fifth of its time, so a busy client's requests do not
+    wait for that read; if the key was revoked meanwhile, the entry is dropped at once.
     """
 
     def forget(self, client_id: str) -> None:
@@ -43,9 +50,15 @@ class Authenticator:
             if caller.id == client_id:
                 self._verified.pop(digest, None)
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], ttl_s: float) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        ttl_s: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._sessions = sessions
         self._ttl_s = ttl_s
+        self._clock = clock
         self._verified: dict[str, tuple[Caller, float]] = {}
         self._lookups: dict[str, asyncio.Future[Caller]] = {}
 
@@ -56,17 +69,33 @@ class Authenticator:
             raise Unauthorized("invalid API key")
         digest = apikeys.hash_key(presented)
         cached = self._verified.get(digest)
-        if cached is not None and cached[1] > time.monotonic():
+        now = self._clock()
+        if cached is not None and cached[1] > now:
+            if cached[1] - now < self._ttl_s / 5:
+                self._start_lookup(digest, background=True)
             return cached[0]
-        # One database read per key however many requests arrive while it runs (an expiring
-        # entry would otherwise send every request in flight to the database at once).
+        # shield: a request that gives up does not cancel the read the others wait for
+        return await asyncio.shield(self._start_lookup(digest))
+
+    def _start_lookup(self, digest: str, *, background: bool = False) -> asyncio.Future[Caller]:
+        """One database read per key however many requests want it (an expiring entry would
+        otherwise send every request in flight to the database at once)."""
         lookup = self._lookups.get(digest)
         if lookup is None:
-            lookup = asyncio.ensure_future(self._lookup(digest))
+            # Its own context: a background refresh belongs to no request.
+            lookup = asyncio.get_running_loop().create_task(
+                self._lookup(digest), context=contextvars.Context() if background else None
+            )
             self._lookups[digest] = lookup
-            lookup.add_done_callback(lambda _: self._lookups.pop(digest, None))
-        # shield: a request that gives up does not cancel the read the others wait for
-        return await asyncio.shield(lookup)
+            lookup.add_done_callback(lambda done: self._lookup_done(digest, done))
+        return lookup
+
+    def _lookup_done(self, digest: str, lookup: asyncio.Future[Caller]) -> None:
+        self._lookups.pop(digest, None)
+        if not lookup.cancelled() and lookup.exception() is not None:
+            # Retrieved here so an unawaited background refresh is not reported as lost; an
+            # unreachable database leaves the entry to expire on its own.
+            log.debug("auth.lookup_failed", extra={"error": str(lookup.exception())})
 
     async def _lookup(self, digest: str) -> Caller:
         async with self._sessions() as session:
@@ -81,7 +110,7 @@ class Authenticator:
         if self._ttl_s > 0:
             if len(self._verified) > 10_000:
                 self._verified.clear()
-            self._verified[digest] = (caller, time.monotonic() + self._ttl_s)
+            self._verified[digest] = (caller, self._clock() + self._ttl_s)
         return caller
 
 
