@@ -23,6 +23,7 @@ import httpx
 from sqlalchemy import create_engine, text
 
 from bench import infra, procstat, profiling
+from bench.ceilings import CommitProbe
 from bench.infra import Run, check
 from bench.loadgen import latency_summary
 from relay_core import apikeys
@@ -265,11 +266,15 @@ async def accept_path(
         profiler = None
         if profile_dir is not None and rate == profile_rate:
             profiler = profiling.start(server.process.pid, profile_dir / f"api-accept-{rate}.txt")
+        probe = CommitProbe(server.database_url)
+        await probe.start()
+        result: dict[str, Any] = {}
         try:
             result = await infra.run_loadgen(
                 run, server.spec(**post, rate=rate, duration_s=duration_s), f"accept-{rate}"
             )
         finally:
+            result["commit_probe"] = await probe.stop(result.get("first_due_epoch"))
             if profiler is not None:
                 profiling.stop(profiler)
         await asyncio.sleep(1.0)  # the publisher marks rows enqueued after the send

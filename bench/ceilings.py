@@ -203,6 +203,77 @@ async def db_latency_ceiling(
     }
 
 
+class CommitProbe:
+    """INSERT + COMMIT into a table of its own every ``interval_s`` on one connection, beside
+    a scenario on the same server: when the scenario's latency has a tail, this shows whether
+    the database's commits stalled in the same seconds (the machine's disk does, now and then,
+    for tens to hundreds of milliseconds)."""
+
+    def __init__(self, database_url: str, interval_s: float = 0.02) -> None:
+        self._url = make_url(database_url)
+        self._interval_s = interval_s
+        self._task: asyncio.Task[None] | None = None
+        self._started = 0.0
+        self.started_epoch = 0.0
+        self.samples: list[tuple[float, float]] = []  # (seconds since start, latency ms)
+
+    async def start(self) -> None:
+        connection = await asyncmy.connect(
+            host=self._url.host or "127.0.0.1",
+            port=self._url.port or 3306,
+            user=self._url.username or "root",
+            password=self._url.password or "",
+            database=self._url.database,
+            autocommit=False,
+        )
+        async with connection.cursor() as cursor:
+            await cursor.execute(
+                "CREATE TABLE IF NOT EXISTS bench_commit_probe "
+                "(id BIGINT AUTO_INCREMENT PRIMARY KEY, at DATETIME(6))"
+            )
+        self._started = time.perf_counter()
+        self.started_epoch = time.time()
+        self._task = asyncio.create_task(self._run(connection))
+
+    async def _run(self, connection: Any) -> None:
+        try:
+            async with connection.cursor() as cursor:
+                while True:
+                    began = time.perf_counter()
+                    await cursor.execute(
+                        "INSERT INTO bench_commit_probe (at) VALUES (UTC_TIMESTAMP(6))"
+                    )
+                    await connection.commit()
+                    done = time.perf_counter()
+                    self.samples.append((began - self._started, (done - began) * 1000))
+                    await asyncio.sleep(max(0.0, self._interval_s - (done - began)))
+        finally:
+            connection.close()
+
+    async def stop(self, align_epoch: float | None = None) -> dict[str, Any]:
+        """``align_epoch``: count seconds from this wall-clock time (another timeline's
+        start) instead of the probe's own start."""
+        from bench.loadgen import latency_summary
+
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+        offset = self.started_epoch - align_epoch if align_epoch else 0.0
+        by_second: dict[int, list[float]] = {}
+        for at, ms in self.samples:
+            if at + offset >= 0:
+                by_second.setdefault(int(at + offset), []).append(ms)
+        return {
+            "commits": len(self.samples),
+            "latency_ms": latency_summary([ms for _, ms in self.samples]),
+            "slow_seconds": {
+                second: round(max(values), 1)
+                for second, values in sorted(by_second.items())
+                if max(values) > 50
+            },
+        }
+
+
 def start_bare_server(run: Run) -> tuple[Any, int]:
     return run.spawn_server("bare-server", "bare")
 

@@ -293,6 +293,12 @@ class Generator:
                 for second, values in sorted(rec.by_second.items())
             ],
             "header_values": dict(rec.header_values),
+            # the first due request on the wall clock, to line the timeline up with others
+            "first_due_epoch": (
+                round(time.time() - (time.perf_counter() - rec.first_due), 3)
+                if rec.first_due is not None
+                else None
+            ),
             "connections_opened": self.pool.opened,
             "stale_connection_retries": self.stale_retries,
             "generator_cpu_s": round(

@@ -233,6 +233,20 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                     f"MariaDB INSERT+COMMIT p99 at {db_latency['rate']}/s",
                 )
             )
+        probe = level.get("commit_probe")
+        if probe:
+            slow_api = [t["second"] for t in level.get("timeline", []) if (t["p99"] or 0) > 50]
+            slow_db = sorted(int(second) for second in probe["slow_seconds"])
+            out.append(
+                Row(
+                    name,
+                    "beside it, one connection's INSERT+COMMIT p50 / p99 / max; seconds with a "
+                    "request over 50 ms: API / database",
+                    f"{probe['latency_ms']['p50']} / {probe['latency_ms']['p99']} / "
+                    f"{probe['latency_ms']['max']} ms; {_seconds(slow_api)} / "
+                    f"{_seconds(slow_db)}",
+                )
+            )
         out.append(Row(name, "errors", level["error_count"], ""))
         trips = level["db_round_trips_per_accepted"]
         out.append(
@@ -317,6 +331,10 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
             )
         )
     return out
+
+
+def _seconds(seconds: list[int]) -> str:
+    return ",".join(str(s) for s in seconds) if seconds else "none"
 
 
 def _fmt(value: Any) -> str:

@@ -9,7 +9,7 @@ import pytest
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay_core.db.engine import create_engine
+from relay_core.db.engine import create_engine, fill_pool
 from relay_core.settings import InfraSettings
 
 
@@ -85,3 +85,23 @@ async def test_a_session_that_only_read_does_not_pin_its_snapshot(
         await conn.execute(text("SELECT n FROM probe WHERE id = 1"))
     await _set(database_url, 7)
     assert await _read(engine) == 7
+
+
+async def test_the_pool_can_be_filled_before_the_first_burst(database_url: str) -> None:
+    engine = create_engine(InfraSettings(database_url=database_url, database_pool_size=3))
+    try:
+        assert await fill_pool(engine, 3) == 3
+        assert engine.pool.checkedin() == 3  # type: ignore[attr-defined]
+    finally:
+        await engine.dispose()
+
+
+async def test_filling_the_pool_of_an_unreachable_database_gives_up_quietly() -> None:
+    settings = InfraSettings(
+        database_url="mysql://root@127.0.0.1:1/none", database_connect_timeout_s=1.0
+    )
+    engine = create_engine(settings)
+    try:
+        assert await fill_pool(engine, 3) == 0
+    finally:
+        await engine.dispose()

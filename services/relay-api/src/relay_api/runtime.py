@@ -19,7 +19,7 @@ from relay_api.relay.refresh import Refresher
 from relay_api.settings import ApiSettings
 from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
-from relay_core.db.engine import create_engine, create_sessionmaker
+from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
 
 log = logging.getLogger(__name__)
@@ -99,6 +99,10 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
                     session, "dev", settings.dev_api_key.get_secret_value()
                 )
         if background:
+            warm = asyncio.create_task(
+                fill_pool(engine, settings.database_pool_size), name="fill-pool"
+            )
+            stack.push_async_callback(_cancel, warm)
             publisher.start()
             stack.push_async_callback(publisher.stop)
             if settings.sweeper_enabled:
@@ -117,7 +121,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
         yield runtime
 
 
-async def _cancel(task: asyncio.Task[None]) -> None:
+async def _cancel(task: asyncio.Task[Any]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task

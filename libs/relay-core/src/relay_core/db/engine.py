@@ -6,7 +6,12 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.ext.asyncio import (
+    AsyncConnection,
+    AsyncEngine,
+    async_sessionmaker,
+    create_async_engine,
+)
 from sqlalchemy.ext.asyncio import AsyncSession as AsyncSession
 from sqlalchemy.pool import ConnectionPoolEntry, PoolResetState
 
@@ -76,6 +81,24 @@ def _reset_if_in_transaction(
     if in_transaction is not None and not in_transaction():
         return
     dbapi_connection.rollback()
+
+
+async def fill_pool(engine: AsyncEngine, connections: int) -> int:
+    """Open up to ``connections`` pooled connections now rather than during the first burst of
+    requests (each connect is a TCP and authentication handshake plus session set-up, paid by
+    the request that needed it). Best effort: returns how many it opened."""
+    if engine.dialect.name == "sqlite":
+        return 0
+    opened: list[AsyncConnection] = []
+    try:
+        for _ in range(connections):
+            opened.append(await engine.connect())
+    except Exception:  # an unreachable database is the readiness probe's business
+        return len(opened)
+    finally:
+        for conn in opened:
+            await conn.close()
+    return len(opened)
 
 
 def create_sessionmaker(engine: AsyncEngine) -> async_sessionmaker[AsyncSession]:
