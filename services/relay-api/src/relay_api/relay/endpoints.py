@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
 
-from relay_api.deps import CacheDep, CallerDep, JsonBody, RuntimeDep, UowDep
+from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.relay import service
 from relay_api.relay.schemas import (
     AcceptedResponse,
@@ -57,14 +57,15 @@ def _accepted(result: service.Accepted) -> Json:
 async def submit_direct(
     body: DirectRequest,
     caller: CallerDep,
-    uow: UowDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Json:
     """Accept a transaction to send as is. Answers 202 once the request is durable."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
-    return _accepted(await service.accept(uow.session, caller, new, key, uow.outbox))
+    async with unit_of_work(runtime) as uow:
+        accepted = await service.accept(uow.session, caller, new, key, uow.outbox)
+    return _accepted(accepted)
 
 
 @router.post(
@@ -77,14 +78,15 @@ async def submit_direct(
 async def submit_gasless(
     body: GaslessRequest,
     caller: CallerDep,
-    uow: UowDep,
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Json:
     """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_gasless(body, runtime.settings)
-    return _accepted(await service.accept(uow.session, caller, new, key, uow.outbox))
+    async with unit_of_work(runtime) as uow:
+        accepted = await service.accept(uow.session, caller, new, key, uow.outbox)
+    return _accepted(accepted)
 
 
 @router.get(
@@ -95,18 +97,17 @@ async def submit_gasless(
 async def get_status(
     transaction_id: Annotated[uuid.UUID, Path(alias="transactionId")],
     caller: CallerDep,
-    uow: UowDep,
-    cache: CacheDep,
     runtime: RuntimeDep,
 ) -> Json:
     """Status from Redis, else MySQL (which backfills Redis), refreshed from the executor when
     it is not final and not fresh. ``X-Cache`` names the tier: hit, miss or upstream."""
-    entry = await service.cached_status(cache, caller, str(transaction_id))
-    tier = "hit"
-    if entry is None:  # only now does the request open a database session
-        entry, tier = await service.status(
-            uow.session, cache, runtime.refresher, caller, str(transaction_id)
-        )
+    async with unit_of_work(runtime) as uow:
+        entry = await service.cached_status(runtime.cache, caller, str(transaction_id))
+        tier = "hit"
+        if entry is None:  # the unit of work opens its session only now
+            entry, tier = await service.status(
+                uow.session, runtime.cache, runtime.refresher, caller, str(transaction_id)
+            )
     return Json(service.public(entry), headers={"X-Cache": tier})
 
 
