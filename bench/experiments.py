@@ -7,15 +7,15 @@ docs/performance.md ("Measured experiments").
 
 - ``no_gc_freeze``: leave CPython's collector as it is (undo ``relay_core.gctuning``), to show
   what freezing the start-up objects buys;
-- ``uvloop_consumer``: run the consumer's event loop on uvloop (the API already does, through
-  uvicorn).
+- ``asyncio_consumer``: run the consumer on the standard asyncio loop instead of uvloop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 
-KNOWN = ("no_gc_freeze", "uvloop_consumer")
+KNOWN = ("no_gc_freeze", "asyncio_consumer")
 
 
 def enabled() -> set[str]:
@@ -32,9 +32,7 @@ def apply(names: set[str]) -> None:
         from relay_core import gctuning
 
         gctuning.freeze_after_startup = lambda: None
-    if "uvloop_consumer" in names:
-        import asyncio
+    if "asyncio_consumer" in names:
+        from queue_consumer import main
 
-        import uvloop
-
-        asyncio.run = uvloop.run  # queue_consumer.main calls it
+        main._run_loop = asyncio.run

@@ -10,7 +10,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -189,8 +189,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check(settings)
     configure_logging(settings.log_level)
     settings.check_production_secrets()
-    asyncio.run(run(settings))
+    _run_loop(run(settings))
     return 0
+
+
+def _run_loop(main: Coroutine[Any, Any, Any]) -> None:
+    """On uvloop where it is installed (not on Windows), as the API runs under uvicorn."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        uvloop.run(main)
 
 
 if __name__ == "__main__":
