@@ -40,6 +40,7 @@ async def test_send_lost_after_commit_is_enqueued_exactly_once_by_the_sweeper(
     assert response.status_code == 202
     tx_id = response.json()["transactionId"]
     assert await _enqueued_at(runtime, tx_id) is None
+    assert runtime.publisher.oldest_unsent() is None  # a stopped publisher holds nothing back
     assert (await sqs.receive_message(QueueUrl=queues[0], WaitTimeSeconds=0)).get(
         "Messages"
     ) is None
@@ -61,6 +62,51 @@ async def test_sweeper_leaves_rows_younger_than_the_grace_period_to_the_publishe
     assert response.status_code == 202
     assert await sweep_until_idle(runtime.sessions, runtime.queue, grace_s=60, batch=10) == 0
     assert await sweep_until_idle(runtime.sessions, runtime.queue, grace_s=0, batch=10) == 1
+
+
+class _StuckQueue:
+    """SQS that accepts nothing until ``gate`` opens (a slow send behind an overload)."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.gate = asyncio.Event()
+
+    async def send(self, messages: Any) -> Any:
+        await self.gate.wait()
+        return await self.real.send(messages)
+
+
+async def test_sweeper_does_not_resend_what_a_backlogged_publisher_still_holds(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, sqs: Any, queues: tuple[str, str]
+) -> None:
+    stuck = _StuckQueue(runtime.queue)
+    runtime.publisher._queue = stuck  # type: ignore[assignment]
+    response = await client.post(
+        "/api/v1/relay/direct", json={"to": DEAD}, headers={"X-API-Key": api_key}
+    )
+    tx_id = response.json()["transactionId"]
+    await asyncio.sleep(1.5)  # older than the grace period, still in the publisher
+    sweep = {"grace_s": 1.0, "batch": 10}
+    held = runtime.publisher.oldest_unsent
+    assert held() is not None
+    assert await sweep_until_idle(runtime.sessions, runtime.queue, **sweep, holding=held) == 0
+    stuck.gate.set()
+    for _ in range(100):
+        if await _enqueued_at(runtime, tx_id) is not None:
+            break
+        await asyncio.sleep(0.05)
+    assert held() is None
+    assert _ids(await receive_all(sqs, queues[0])) == [tx_id]  # sent once, by the publisher
+    # Without the publisher's word the same row would have been sent a second time:
+    stuck_again = _StuckQueue(runtime.queue)
+    runtime.publisher._queue = stuck_again  # type: ignore[assignment]
+    again = await client.post(
+        "/api/v1/relay/direct", json={"to": DEAD, "value": "1"}, headers={"X-API-Key": api_key}
+    )
+    await asyncio.sleep(1.5)
+    assert await sweep_until_idle(runtime.sessions, runtime.queue, **sweep) == 1
+    assert _ids(await receive_all(sqs, queues[0])) == [again.json()["transactionId"]]
+    stuck_again.gate.set()
 
 
 async def test_sweeper_sends_in_batches_until_the_backlog_is_gone(

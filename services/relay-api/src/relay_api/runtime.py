@@ -113,6 +113,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
                         interval_s=settings.outbox_sweep_interval_s,
                         grace_s=settings.outbox_sweep_grace_s,
                         batch=settings.outbox_sweep_batch,
+                        holding=publisher.oldest_unsent,
                     ),
                     name="outbox-sweeper",
                 )

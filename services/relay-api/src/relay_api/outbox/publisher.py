@@ -11,14 +11,17 @@ later, so nothing accepted is ever lost.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
+from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api import metrics
 from relay_api.outbox import repository
 from relay_api.outbox.queue import WorkQueue
+from relay_core.db.models import utcnow
 from relay_core.queue import TransactionMessage
 
 log = logging.getLogger(__name__)
@@ -39,16 +42,29 @@ class Publisher:
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._pending: asyncio.Queue[TransactionMessage] = asyncio.Queue(max_pending)
+        # When each message still to be sent was handed over, oldest first (the queue is FIFO:
+        # a batch taken from it is the oldest entries here).
+        self._handed: collections.deque[datetime] = collections.deque()
         self._task: asyncio.Task[None] | None = None
 
     def publish(self, messages: list[TransactionMessage]) -> None:
         """Called after commit. Never blocks and never fails the request."""
+        now = utcnow()
         for message in messages:
             try:
                 self._pending.put_nowait(message)
             except asyncio.QueueFull:
                 # The row is committed; the sweeper will send it.
                 metrics.OUTBOX_DEFERRED.inc()
+            else:
+                self._handed.append(now)
+
+    def oldest_unsent(self) -> datetime | None:
+        """When the oldest message still to be sent was handed over; None when there is none
+        or the publisher is not running (then the sweeper must send what it holds)."""
+        if self._task is None or not self._handed:
+            return None
+        return self._handed[0]
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="outbox-publisher")
@@ -71,6 +87,7 @@ class Publisher:
                 await self.send_now(batch)
             finally:
                 for _ in batch:
+                    self._handed.popleft()
                     self._pending.task_done()
 
     async def _collect(self) -> list[TransactionMessage]:
