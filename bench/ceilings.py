@@ -87,6 +87,19 @@ async def sqs_ceiling(run: Run, messages: int, pollers: int) -> dict[str, Any]:
     }
 
 
+async def _connect(database_url: str) -> Any:
+    """A raw asyncmy connection (the relay's driver, no SQLAlchemy), autocommit off."""
+    url = make_url(database_url)
+    return await asyncmy.connect(
+        host=url.host or "127.0.0.1",
+        port=url.port or 3306,
+        user=url.username or "root",
+        password=url.password or "",
+        database=url.database,
+        autocommit=False,
+    )
+
+
 _INSERT = (
     "INSERT INTO transactions (id, client_id, type, status, version, request, "
     "request_fingerprint, attempts, created_at, updated_at) "
@@ -97,18 +110,7 @@ _INSERT = (
 async def db_ceiling(database_url: str, concurrency: int, duration_s: float) -> dict[str, Any]:
     """Single-row INSERT + COMMIT of a transactions row, ``concurrency`` connections."""
     client_id = infra.create_client(database_url, name="ceiling")
-    url = make_url(database_url)
-    connections = [
-        await asyncmy.connect(
-            host=url.host or "127.0.0.1",
-            port=url.port or 3306,
-            user=url.username or "root",
-            password=url.password or "",
-            database=url.database,
-            autocommit=False,
-        )
-        for _ in range(concurrency)
-    ]
+    connections = [await _connect(database_url) for _ in range(concurrency)]
     request = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
     count = 0
     latencies: list[float] = []
@@ -150,19 +152,9 @@ async def db_latency_ceiling(
     from bench.loadgen import latency_summary
 
     client_id = infra.create_client(database_url, name="ceiling-latency")
-    url = make_url(database_url)
     idle: asyncio.Queue[Any] = asyncio.Queue()
     for _ in range(connections):
-        idle.put_nowait(
-            await asyncmy.connect(
-                host=url.host or "127.0.0.1",
-                port=url.port or 3306,
-                user=url.username or "root",
-                password=url.password or "",
-                database=url.database,
-                autocommit=False,
-            )
-        )
+        idle.put_nowait(await _connect(database_url))
     request = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
     latencies_ms: list[float] = []
     stalls: list[dict[str, float]] = []
@@ -210,7 +202,7 @@ class CommitProbe:
     for tens to hundreds of milliseconds)."""
 
     def __init__(self, database_url: str, interval_s: float = 0.02) -> None:
-        self._url = make_url(database_url)
+        self._database_url = database_url
         self._interval_s = interval_s
         self._task: asyncio.Task[None] | None = None
         self._started = 0.0
@@ -218,14 +210,7 @@ class CommitProbe:
         self.samples: list[tuple[float, float]] = []  # (seconds since start, latency ms)
 
     async def start(self) -> None:
-        connection = await asyncmy.connect(
-            host=self._url.host or "127.0.0.1",
-            port=self._url.port or 3306,
-            user=self._url.username or "root",
-            password=self._url.password or "",
-            database=self._url.database,
-            autocommit=False,
-        )
+        connection = await _connect(self._database_url)
         async with connection.cursor() as cursor:
             await cursor.execute(
                 "CREATE TABLE IF NOT EXISTS bench_commit_probe "
