@@ -162,3 +162,20 @@ async def test_a_write_whose_caller_gave_up_before_its_batch_is_not_made(
 
     after = await _load(setup, ids)
     assert [after[i].status for i in ids] == ["processing", "pending"]
+
+
+async def test_a_change_decided_from_an_older_read_fails_though_its_row_object_moved_on(
+    setup: dict[str, Any],
+) -> None:
+    (tx_id,) = seed_rows(setup["database_url"], 1)
+    shared = (await _load(setup, [tx_id]))[tx_id]
+    writes = GroupCommit(setup["engine"], None)  # not started: each write commits alone
+    first = Change(shared, "processing", source="a", values={"claimed_by": "a"})
+    second = Change(shared, "processing", source="b", values={"claimed_by": "b"})
+    assert await writes.write(first)
+    assert shared.version == 2  # the object now shows the first change ...
+    # ... but the second was decided from version 1: it must not land on version 2.
+    assert not await writes.write(second)
+    row = (await _load(setup, [tx_id]))[tx_id]
+    assert (row.claimed_by, row.version) == ("a", 2)
+    assert await _events(setup, tx_id) == 1

@@ -78,6 +78,20 @@ async def test_a_duplicated_message_leads_to_one_submission(
     assert stub.ledger_count() == 5
 
 
+async def test_copies_of_a_message_in_one_receive_batch_lead_to_one_submission(
+    database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, run_consumer: Any
+) -> None:
+    # Copies received together, and every status write committed on its own (one writer,
+    # batches of one), so the copies' claims run one after the other.
+    ids = seed_rows(database_url, 3)
+    for copies in (ids, ids[:2], ids[1:2]):  # all queued before the consumer polls
+        await send_messages(sqs, queues[0], copies)
+    await run_consumer(consumer_db_writers=1, consumer_write_batch=1)
+    await wait_until(lambda: status_counts(database_url) == {"submitted": 3}, 30, "3 submitted")
+    await wait_until(lambda: _empty(sqs, queues[0]), 15, "copies deleted")
+    assert stub.ledger_count() == 3
+
+
 async def test_accept_then_hang_is_reconciled_not_resubmitted(
     database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, run_consumer: Any
 ) -> None:

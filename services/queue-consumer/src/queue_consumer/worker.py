@@ -228,8 +228,10 @@ class Consumer:
                 log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
                 snapshots = {}
             for message, body in zip(messages, parsed, strict=True):
+                # Each row object goes to one message: two copies of a message in one batch
+                # must not share (and update) the same snapshot; the second loads its own.
                 snapshot = (
-                    snapshots.get(body.transaction_id)
+                    snapshots.pop(body.transaction_id, None)
                     if isinstance(body, TransactionMessage)
                     else None
                 )

@@ -32,24 +32,33 @@ _NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
 class Change:
     """Move ``tx`` (as last read) to ``status`` with ``values``, if nobody changed it since.
 
-    A change to the same status without a reason writes no event (a touch)."""
+    The version and status the decision was made from are taken when the change is made, not
+    when it runs: a change waiting for its batch must not take a newer state of the same row
+    object (written by another change meanwhile) as the one it decided from. A change to the
+    same status writes no event (a touch)."""
 
     tx: Transaction
     status: str
     source: str = ""
     reason: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
+    expected_version: int = field(init=False)
+    from_status: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.expected_version = self.tx.version
+        self.from_status = self.tx.status
 
     @property
     def records_event(self) -> bool:
-        return self.status != self.tx.status
+        return self.status != self.from_status
 
     def columns(self, now: datetime) -> dict[str, Any]:
         values = dict(self.values)
         updated_at = values.pop("updated_at", None) or now
         return {
             "status": self.status,
-            "version": self.tx.version + 1,
+            "version": self.expected_version + 1,
             "updated_at": updated_at,
             **values,
         }
@@ -75,7 +84,7 @@ async def write_changes(
         columns = change.columns(now)
         result = await db.execute(
             _compare_and_set(tuple(columns)),
-            {**columns, "_id": tx.id, "_version": tx.version},
+            {**columns, "_id": tx.id, "_version": change.expected_version},
         )
         if result.rowcount != 1:  # type: ignore[attr-defined]
             continue
@@ -86,7 +95,7 @@ async def write_changes(
         events.append(
             {
                 "transaction_id": tx.id,
-                "from_status": tx.status,
+                "from_status": change.from_status,
                 "to_status": change.status,
                 "source": change.source,
                 "reason": change.reason,
