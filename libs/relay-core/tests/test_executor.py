@@ -100,6 +100,7 @@ ENVELOPE_OK = {
     [
         (429, {"success": False, "error": "slow down", "after": 3}, "", "rate_limited", True, 3),
         (429, {"success": False}, "x-ratelimit-after: 2\r\n", "rate_limited", True, 2),
+        (429, {"success": False, "after": "soon"}, "", "rate_limited", True, None),
         (400, {"success": False, "error": "bad to"}, "", "rejected", True, None),
         (422, {"success": False, "error": "bad value"}, "", "rejected", True, None),
         (401, {"success": False, "error": "Unauthorized"}, "", "refused", True, None),

@@ -14,6 +14,7 @@ from sqlalchemy import event, func, select
 
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
+from queue_consumer.worker import Capacity
 from relay_core.cache import StatusCache, connect
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import Transaction, TransactionEvent
@@ -179,3 +180,39 @@ async def test_a_change_decided_from_an_older_read_fails_though_its_row_object_m
     row = (await _load(setup, [tx_id]))[tx_id]
     assert (row.claimed_by, row.version) == ("a", 2)
     assert await _events(setup, tx_id) == 1
+
+
+async def test_a_batch_that_cannot_commit_in_time_fails_its_writes_instead_of_hanging(
+    setup: dict[str, Any],
+) -> None:
+    ids = seed_rows(setup["database_url"], 2)
+    rows = await _load(setup, ids)
+    writes = GroupCommit(setup["engine"], None, writers=1, timeout_s=0.5)
+    writes.start()
+    try:
+        # Another transaction holds the row lock: the batch's UPDATE waits for it.
+        async with setup["engine"].connect() as blocker:
+            await blocker.execute(
+                select(Transaction).where(Transaction.id == ids[0]).with_for_update()
+            )
+            blocked = asyncio.gather(
+                writes.write(Change(rows[ids[0]], "processing")), return_exceptions=True
+            )
+            (outcome,) = await asyncio.wait_for(blocked, 10)
+            await blocker.rollback()
+        assert isinstance(outcome, TimeoutError)
+        # The writer is still there for the next batch.
+        assert await writes.write(Change(rows[ids[1]], "processing"))
+    finally:
+        await writes.stop()
+
+
+async def test_under_a_small_in_flight_limit_a_poller_gets_room_while_others_work() -> None:
+    capacity = Capacity(5, pollers=4)
+    for _ in range(4):
+        assert await asyncio.wait_for(capacity.reserve(10), 1) == 1
+    # One slot is left: taken at once, not only when everything in flight has finished.
+    assert await asyncio.wait_for(capacity.reserve(10), 1) == 1
+    assert capacity.in_flight == 5
+    # A large limit still hands out whole batches of ten.
+    assert await Capacity(256, pollers=4).reserve(10) == 10

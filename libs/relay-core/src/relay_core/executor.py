@@ -92,6 +92,15 @@ def _parse_value(value: Any) -> int | None:
     return int(text, 16) if text.lower().startswith("0x") else int(text)
 
 
+def _seconds(value: Any) -> float | None:
+    """A retry-after figure, or None for a missing or unreadable one (never an error)."""
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        return None
+    return seconds if seconds >= 0 else None
+
+
 def _parse_time(value: Any) -> datetime | None:
     if not value:
         return None
@@ -186,12 +195,11 @@ class ExecutorClient:
         message = message or raw[:200].decode("utf-8", "replace") or reason
         if status == 429:
             after = body.get("after") if isinstance(body, dict) else None
-            after = after or headers.get("x-ratelimit-after")
             raise ExecutorError(
                 ErrorKind.rate_limited,
                 message,
                 status=status,
-                retry_after_s=float(after) if after is not None else None,
+                retry_after_s=_seconds(after) or _seconds(headers.get("x-ratelimit-after")),
                 certain_not_created=True,
             )
         if status == 404:

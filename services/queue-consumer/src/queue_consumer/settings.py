@@ -58,7 +58,11 @@ class ConsumerSettings(InfraSettings):
     )
     consumer_wait_time_s: int = Field(20, ge=0, le=20, description="long-poll wait")
     consumer_message_timeout_s: float = Field(
-        45.0, gt=0, description="budget for one message; past it the attempt is abandoned"
+        60.0,
+        gt=0,
+        description="budget for one message; past it the attempt is abandoned (keep it above "
+        "submit budget + executor timeout + executor handler timeout: a last attempt may wait "
+        "that long for an earlier one to settle)",
     )
     consumer_backoff_base_s: float = Field(2.0, gt=0, description="first retry delay")
     consumer_backoff_cap_s: float = Field(300.0, gt=0, description="longest retry delay")

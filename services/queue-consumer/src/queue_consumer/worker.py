@@ -27,18 +27,20 @@ log = logging.getLogger(__name__)
 class Capacity:
     """How many messages may be in flight; pollers ask for room before receiving.
 
-    A poller waits for room for a whole batch (``most``, or the limit if smaller) rather than
-    receiving as soon as one slot frees: one ReceiveMessage per message would cost an SQS call
-    (and its client CPU) per message instead of one per ten.
+    A poller waits for room for a whole batch (``most``, or its share of the limit if that is
+    smaller) rather than receiving as soon as one slot frees: one ReceiveMessage per message
+    would cost an SQS call (and its client CPU) per message instead of one per ten. With a
+    small limit the share keeps one slow message from holding up every poller.
     """
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, pollers: int = 1) -> None:
         self.limit = limit
+        self._share = max(1, limit // max(1, pollers))
         self.in_flight = 0
         self._changed = asyncio.Condition()
 
     async def reserve(self, most: int) -> int:
-        want = min(most, self.limit)
+        want = min(most, self._share)
         async with self._changed:
             await self._changed.wait_for(lambda: self.limit - self.in_flight >= want)
             self.in_flight += want
@@ -123,7 +125,7 @@ class Consumer:
         self.queue_url = queue_url
         self.dlq_url = dlq_url
         self.processor = processor
-        self.capacity = Capacity(settings.consumer_concurrency)
+        self.capacity = Capacity(settings.consumer_concurrency, settings.consumer_pollers)
         self.deleter = Deleter(sqs, queue_url)
         self.policy = Policy(
             max_receive_count=settings.queue_max_receive_count,

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 
+import sqlalchemy.exc
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -41,11 +42,16 @@ class GroupCommit:
         *,
         writers: int = 2,
         max_batch: int = 64,
+        timeout_s: float = 15.0,
     ) -> None:
         self._engine = engine
         self._cache = cache
         self._writers = writers
         self._max_batch = max_batch
+        # A batch that has not committed by then fails (its connection is dropped): a writer
+        # must never wait for ever on a database that stopped answering, since every message
+        # of the process would wait behind it.
+        self._timeout_s = timeout_s
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._tasks: list[asyncio.Task[None]] = []
         self.batches = 0
@@ -56,15 +62,19 @@ class GroupCommit:
             asyncio.create_task(self._run(), name=f"group-commit-{i}") for i in range(self._writers)
         ]
 
-    async def stop(self) -> None:
-        """Finish what is queued, then stop the writers."""
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        """Finish what is queued (after the drain, normally nothing), then stop the writers."""
         if self._tasks:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._queue.join(), 30)
+                await asyncio.wait_for(self._queue.join(), timeout_s)
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        while not self._queue.empty():  # nobody will write these: say so to their waiters
+            _, future = self._queue.get_nowait()
+            if not future.done():
+                future.set_exception(RuntimeError("consumer stopping: write not made"))
 
     async def write(self, change: Change) -> bool:
         if not self._tasks:  # not started (tests, one-off tools): a transaction of its own
@@ -79,15 +89,20 @@ class GroupCommit:
             while len(batch) < self._max_batch and not self._queue.empty():
                 batch.append(self._queue.get_nowait())
             try:
-                # A waiter cancelled before its batch started gives up its write.
-                live = [(change, future) for change, future in batch if not future.cancelled()]
-                if live:
-                    await self._settle(live)
+                await self._settle(batch)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let a writer die: its waiters are answered in _settle
+                log.exception("consumer.group_commit.error")
             finally:
                 for _ in batch:
                     self._queue.task_done()
 
     async def _settle(self, batch: list[_Pending]) -> None:
+        # A waiter that gave up before its batch started gives up its write.
+        batch = [(change, future) for change, future in batch if not future.cancelled()]
+        if not batch:
+            return
         changes = [change for change, _ in batch]
         try:
             results = await self._commit(changes)
@@ -113,10 +128,21 @@ class GroupCommit:
                 future.set_result(ok)
 
     async def _commit(self, changes: list[Change]) -> list[bool]:
-        async with self._engine.begin() as conn:
+        """Commit ``changes``; raises if that failed (then nothing was written). What follows
+        the commit (the row objects, Redis) cannot fail it."""
+        async with asyncio.timeout(self._timeout_s), self._engine.begin() as conn:
             written = await write_changes(conn, changes)
         self.batches += 1
         self.writes += len(changes)
+        try:
+            await self._after_commit(changes, written)
+        except Exception:  # the rows are committed whatever happens here
+            log.exception("consumer.group_commit.after_commit_failed")
+        return [columns is not None for columns in written]
+
+    async def _after_commit(
+        self, changes: list[Change], written: list[dict[str, object] | None]
+    ) -> None:
         cache_writes = []
         for change, columns in zip(changes, written, strict=True):
             if columns is None:
@@ -128,10 +154,11 @@ class GroupCommit:
             )
         if self._cache is not None:
             await self._cache.put_many_quietly(cache_writes)
-        return [columns is not None for columns in written]
 
 
 def _worth_alone(exc: Exception) -> bool:
     """Whether retrying each change on its own could succeed where the batch failed: not when
-    the database itself is unreachable."""
+    the database is unreachable, slow past the timeout, or out of pooled connections."""
+    if isinstance(exc, TimeoutError | sqlalchemy.exc.TimeoutError):
+        return False
     return not (isinstance(exc, DBAPIError) and exc.connection_invalidated)
