@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 from api_testkit import DEAD, receive_all, signed_gasless
 from sqlalchemy import select, text, update
+from statements import recorded
 
+from relay_api.auth.service import Authenticator
 from relay_api.runtime import Runtime
 from relay_core import jsonutil
 from relay_core.db.models import Transaction
@@ -172,3 +174,17 @@ async def test_insert_failure_answers_503_not_202_and_publishes_nothing(
             await session.execute(text("RENAME TABLE transactions_gone TO transactions"))
     async with runtime.sessions() as session:
         assert (await session.execute(select(Transaction))).first() is None
+
+
+async def test_an_accepted_request_is_one_insert_and_one_commit(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    runtime.authenticator = Authenticator(runtime.sessions, ttl_s=60)  # keys cached, as deployed
+    await runtime.authenticator.authenticate(api_key)
+    await runtime.publisher.stop()  # its send and UPDATE run after the response: not counted
+    with recorded(runtime.engine) as seen:
+        response = await client.post(
+            "/api/v1/relay/direct", json={"to": DEAD}, headers={"X-API-Key": api_key}
+        )
+    assert response.status_code == 202
+    assert seen == ["INSERT INTO transactions", "COMMIT"]

@@ -12,8 +12,10 @@ import httpx
 import pytest
 import redis
 from api_testkit import DEAD
+from statements import recorded
 
 from relay_api.app import create_app
+from relay_api.auth.service import Authenticator
 from relay_api.runtime import Runtime
 from relay_core.localsqs import free_port
 
@@ -149,3 +151,17 @@ async def test_without_redis_configured_status_comes_from_mysql(
             ready = await client.get("/ready")
             assert ready.status_code == 200
             assert set(ready.json()["components"]) == {"database", "sqs"}
+
+
+async def test_a_status_answered_from_redis_does_not_touch_the_database(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    runtime.authenticator = Authenticator(runtime.sessions, ttl_s=60)  # keys cached, as deployed
+    tx_id = await _submit(client, api_key)
+    path = f"/api/v1/relay/status/{tx_id}"
+    first = await client.get(path, headers={"X-API-Key": api_key})  # backfills Redis
+    assert first.headers["x-cache"] == "miss"
+    with recorded(runtime.engine) as seen:
+        hit = await client.get(path, headers={"X-API-Key": api_key})
+    assert hit.headers["x-cache"] == "hit"
+    assert seen == []

@@ -127,8 +127,7 @@ class ExecutorClient:
         timeout_s: float = 10.0,
         max_connections: int = 100,
     ) -> None:
-        self._root = base_url.rstrip("/")
-        self._base = f"{self._root}/api/v1/relayers/{relayer_id}/transactions"
+        self._base = f"{base_url.rstrip('/')}/api/v1/relayers/{relayer_id}/transactions"
         self._headers = {"Authorization": f"Bearer {api_key}"}
         # connect covers waiting for a pooled connection and opening one: the request was
         # certainly not sent when it runs out. sock_read: sent, maybe acted upon.

@@ -15,6 +15,7 @@ from sqlalchemy import (
     Integer,
     MetaData,
     String,
+    Table,
     Text,
     UniqueConstraint,
 )
@@ -158,3 +159,11 @@ class Notification(Base):
     next_attempt_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     created_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
     delivered_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+
+
+# The tables behind the entities, for Core statements on hot paths: a statement on an entity
+# goes through the ORM's machinery (bulk DML, WHERE evaluation against loaded objects), which
+# costs more CPU than the round trip it makes.
+TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
+TRANSACTION_EVENTS: Table = TransactionEvent.__table__  # type: ignore[assignment]
+NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]

@@ -14,18 +14,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Table, Update, bindparam, insert, update
+from sqlalchemy import Update, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
-from relay_core.db.models import Notification, Transaction, TransactionEvent, utcnow
+from relay_core.db.models import (
+    NOTIFICATIONS,
+    TRANSACTION_EVENTS,
+    TRANSACTIONS,
+    Transaction,
+    utcnow,
+)
 from relay_core.views import rfc3339
-
-# Core tables, not the ORM entities: a statement on an entity goes through the ORM's
-# bulk-DML machinery, which costs more CPU than the round trip it makes.
-_TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
-_EVENTS: Table = TransactionEvent.__table__  # type: ignore[assignment]
-_NOTIFICATIONS: Table = Notification.__table__  # type: ignore[assignment]
 
 
 @dataclass(slots=True)
@@ -124,9 +124,9 @@ async def write_changes(
                 }
             )
     if events:
-        await db.execute(insert(_EVENTS), events)
+        await db.execute(insert(TRANSACTION_EVENTS), events)
     if notifications:
-        await db.execute(insert(_NOTIFICATIONS), notifications)
+        await db.execute(insert(NOTIFICATIONS), notifications)
     return written
 
 
@@ -135,12 +135,12 @@ def _compare_and_set(columns: tuple[str, ...]) -> Update:
     """The UPDATE for one set of columns, built once: building and hashing a statement per
     row cost more CPU than executing it."""
     return (
-        update(_TRANSACTIONS)
+        update(TRANSACTIONS)
         .where(
-            _TRANSACTIONS.c.id == bindparam("_id"),
-            _TRANSACTIONS.c.version == bindparam("_version"),
+            TRANSACTIONS.c.id == bindparam("_id"),
+            TRANSACTIONS.c.version == bindparam("_version"),
         )
-        .values({name: bindparam(name, type_=_TRANSACTIONS.c[name].type) for name in columns})
+        .values({name: bindparam(name, type_=TRANSACTIONS.c[name].type) for name in columns})
     )
 
 

@@ -5,13 +5,11 @@ from __future__ import annotations
 from collections.abc import Collection
 from datetime import datetime
 
-from sqlalchemy import Table, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core.db.models import Transaction, utcnow
+from relay_core.db.models import TRANSACTIONS, Transaction, utcnow
 from relay_core.statuses import TxStatus
-
-_TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
 
 
 async def unsent(session: AsyncSession, older_than: datetime, limit: int) -> list[tuple[str, str]]:
@@ -37,7 +35,7 @@ async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:
         return
     # On the table, not the entity: no ORM evaluation of the WHERE against loaded objects.
     await session.execute(
-        update(_TRANSACTIONS)
-        .where(_TRANSACTIONS.c.id.in_(list(ids)), _TRANSACTIONS.c.enqueued_at.is_(None))
+        update(TRANSACTIONS)
+        .where(TRANSACTIONS.c.id.in_(list(ids)), TRANSACTIONS.c.enqueued_at.is_(None))
         .values(enqueued_at=utcnow())
     )

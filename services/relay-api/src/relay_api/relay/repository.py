@@ -4,15 +4,14 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import Table, and_, insert, or_, select
+from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core.db.models import Transaction
+from relay_core.db.models import TRANSACTIONS, Transaction
 
-_TRANSACTIONS: Table = Transaction.__table__  # type: ignore[assignment]
 # Built once: a statement built per request (values bound into it) costs its construction and
 # its cache key on every call; the parameters are passed beside it instead.
-_INSERT = insert(_TRANSACTIONS)
+_INSERT = insert(TRANSACTIONS)
 
 
 async def add(session: AsyncSession, tx: Transaction) -> None:
@@ -22,7 +21,7 @@ async def add(session: AsyncSession, tx: Transaction) -> None:
     single row on the accept path; ``tx`` stays a plain object outside the session.
     """
     values = {}
-    for column in _TRANSACTIONS.columns:
+    for column in TRANSACTIONS.columns:
         value = getattr(tx, column.key)
         if value is None and column.default is not None:
             default = column.default.arg  # type: ignore[attr-defined]
