@@ -55,6 +55,16 @@ class ApiServer:
             response.raise_for_status()
             return dict(response.json())
 
+    async def loop_stalls(self, since_epoch: float | None = None, reset: bool = False) -> Any:
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=120) as http:
+            if reset:
+                response = await http.post("/__bench/loop/reset")
+            else:
+                params = {"since": since_epoch} if since_epoch else None
+                response = await http.get("/__bench/loop", params=params)
+            response.raise_for_status()
+            return response.json()
+
     async def ready(self, run: Run) -> bool:
         await run.wait_http(f"{self.base_url}/health", self.process)
         return True
@@ -268,6 +278,7 @@ async def accept_path(
             profiler = profiling.start(server.process.pid, profile_dir / f"api-accept-{rate}.txt")
         probe = CommitProbe(server.database_url)
         await probe.start()
+        await server.loop_stalls(reset=True)
         result: dict[str, Any] = {}
         try:
             result = await infra.run_loadgen(
@@ -275,6 +286,7 @@ async def accept_path(
             )
         finally:
             result["commit_probe"] = await probe.stop(result.get("first_due_epoch"))
+            result["api_loop"] = await server.loop_stalls(result.get("first_due_epoch"))
             if profiler is not None:
                 profiling.stop(profiler)
         await asyncio.sleep(1.0)  # the publisher marks rows enqueued after the send

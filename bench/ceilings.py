@@ -212,6 +212,7 @@ class CommitProbe:
     async def start(self) -> None:
         connection = await _connect(self._database_url)
         async with connection.cursor() as cursor:
+            await cursor.execute("SET SESSION sql_notes = 0")  # no "already exists" note
             await cursor.execute(
                 "CREATE TABLE IF NOT EXISTS bench_commit_probe "
                 "(id BIGINT AUTO_INCREMENT PRIMARY KEY, at DATETIME(6))"

@@ -114,17 +114,23 @@ class Recorder:
     latencies_ms: list[float] = field(default_factory=list)
     # latencies by the second (since the first due request) their request was due in
     by_second: dict[int, list[float]] = field(default_factory=dict)
+    # the generator's own share: by the second, the most a request was sent after its due
+    # time (this process descheduled, or waiting for a connection)
+    late_send_ms: dict[int, float] = field(default_factory=dict)
     errors: Counter[str] = field(default_factory=Counter)
     header_values: Counter[str] = field(default_factory=Counter)
     ok: int = 0
     first_due: float | None = None
     last_done: float = 0.0
 
-    def record(self, due: float, done: float, status: int, headers: dict[str, str]) -> None:
+    def record(
+        self, due: float, sent: float, done: float, status: int, headers: dict[str, str]
+    ) -> None:
         latency_ms = (done - due) * 1000
         self.latencies_ms.append(latency_ms)
         second = int(due - (self.first_due or due))
         self.by_second.setdefault(second, []).append(latency_ms)
+        self.late_send_ms[second] = max(self.late_send_ms.get(second, 0.0), (sent - due) * 1000)
         self.last_done = max(self.last_done, done)
         problem = None
         if status not in self.expect_status:
@@ -194,6 +200,7 @@ class Generator:
         try:
             async with asyncio.timeout(self.timeout_s):
                 connection = await self.pool.acquire()
+                sent = time.perf_counter()
                 try:
                     status, headers, _ = await connection.request(raw)
                 except (asyncio.IncompleteReadError, ConnectionError) as exc:
@@ -209,7 +216,7 @@ class Generator:
                     status, headers, _ = await connection.request(raw)
             healthy = headers.get("connection", "").lower() != "close"
             if record:
-                self.recorder.record(due, time.perf_counter(), status, headers)
+                self.recorder.record(due, sent, time.perf_counter(), status, headers)
         except TimeoutError:
             if record:
                 self.recorder.errors["timeout"] += 1
@@ -289,7 +296,12 @@ class Generator:
             "latency_ms": latency_summary(rec.latencies_ms),
             # where a tail comes from: a few stalls, or steady queueing
             "timeline": [
-                {"second": second, "requests": len(values), **latency_summary(values)}
+                {
+                    "second": second,
+                    "requests": len(values),
+                    **latency_summary(values),
+                    "late_send_max": round(rec.late_send_ms.get(second, 0.0), 3),
+                }
                 for second, values in sorted(rec.by_second.items())
             ],
             "header_values": dict(rec.header_values),

@@ -235,16 +235,29 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
             )
         probe = level.get("commit_probe")
         if probe:
-            slow_api = [t["second"] for t in level.get("timeline", []) if (t["p99"] or 0) > 50]
+            timeline = level.get("timeline", [])
+            slow_api = [t["second"] for t in timeline if (t["p99"] or 0) > 50]
             slow_db = sorted(int(second) for second in probe["slow_seconds"])
+            late = [t["second"] for t in timeline if t.get("late_send_max", 0) > 50]
             out.append(
                 Row(
                     name,
                     "beside it, one connection's INSERT+COMMIT p50 / p99 / max; seconds with a "
-                    "request over 50 ms: API / database",
+                    "request over 50 ms: API / database / sent 50 ms late by the generator",
                     f"{probe['latency_ms']['p50']} / {probe['latency_ms']['p99']} / "
                     f"{probe['latency_ms']['max']} ms; {_seconds(slow_api)} / "
-                    f"{_seconds(slow_db)}",
+                    f"{_seconds(slow_db)} / {_seconds(late)}",
+                )
+            )
+        loop = level.get("api_loop")
+        if loop:
+            out.append(
+                Row(
+                    name,
+                    f"API event loop: max lag; seconds with a lag >= {loop['stall_ms']:g} ms "
+                    "(worst lag), the API on CPU / off CPU; longest collector pause",
+                    f"{loop['max_lag_ms']} ms; {_lags(loop['busy_seconds'])} / "
+                    f"{_lags(loop['off_cpu_seconds'])}; {loop.get('max_gc_pause_ms', '-')} ms",
                 )
             )
         out.append(Row(name, "errors", level["error_count"], ""))
@@ -335,6 +348,15 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
 
 def _seconds(seconds: list[int]) -> str:
     return ",".join(str(s) for s in seconds) if seconds else "none"
+
+
+def _lags(by_second: dict[str, list[float]]) -> str:
+    """``{"3": [41.5, 0.92]}`` (JSON keys) → ``3 (42 ms, 92 % on CPU)``."""
+    items = sorted((int(second), lag, share) for second, (lag, share) in by_second.items())
+    return (
+        ", ".join(f"{second} ({lag:.0f} ms, {share:.0%} on CPU)" for second, lag, share in items)
+        or "none"
+    )
 
 
 def _fmt(value: Any) -> str:

@@ -37,7 +37,7 @@ def _run(app: Any, port: int) -> None:
 
 
 def api() -> None:
-    from bench import dbcount, experiments
+    from bench import dbcount, experiments, loopwatch
 
     dbcount.install()  # before the app builds its engine
     experiments.apply(experiments.enabled())  # before the routes are built
@@ -48,7 +48,8 @@ def api() -> None:
 
     settings = ApiSettings()
     configure_logging(settings.log_level)
-    _run(dbcount.CountingMiddleware(create_app(settings)), settings.port)
+    app = dbcount.CountingMiddleware(create_app(settings))
+    _run(loopwatch.LoopWatchMiddleware(app), settings.port)
 
 
 def bare() -> None:
