@@ -73,7 +73,8 @@ class LoopWatch:
         self.gc_worst.clear()
 
     def snapshot(self, since_epoch: float | None = None) -> dict[str, Any]:
-        """Seconds (counted from ``since_epoch``) whose worst lag reached STALL_MS."""
+        """Seconds (counted from ``since_epoch``) whose worst lag reached STALL_MS. Buckets are
+        wall-clock seconds, so they line up with the generator's timeline to within one."""
         start = int(since_epoch) if since_epoch else min(self.worst, default=0)
         stalls = {
             second - start: (round(lag, 1), round(share, 2))
