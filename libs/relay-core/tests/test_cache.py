@@ -5,7 +5,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from relay_core.cache import StatusCache, connect
+from relay_core.cache import CacheWrite, StatusCache, connect
 
 
 @pytest.fixture
@@ -32,6 +32,23 @@ async def test_terminal_entries_live_longer_than_active_ones(cache: StatusCache)
     redis = cache._redis
     assert 0 < await redis.ttl(cache.key(tx_active)) <= 30
     assert 30 < await redis.ttl(cache.key(tx_done)) <= 600
+
+
+async def test_a_pipelined_batch_follows_the_same_version_and_lifetime_rules(
+    cache: StatusCache,
+) -> None:
+    moved, fresh = str(uuid.uuid4()), str(uuid.uuid4())
+    await cache.put(moved, 5, {"status": "mined"}, terminal=False)
+    stored = await cache.put_many(
+        [
+            CacheWrite(moved, 4, {"status": "submitted"}, terminal=False),
+            CacheWrite(fresh, 1, {"status": "confirmed"}, terminal=True),
+        ]
+    )
+    assert stored == [False, True]
+    assert await cache.get(moved) == (5, {"status": "mined"})
+    assert await cache.get(fresh) == (1, {"status": "confirmed"})
+    assert 30 < await cache._redis.ttl(cache.key(fresh)) <= 600
 
 
 async def test_unreachable_redis_is_a_quiet_miss_and_is_skipped_for_a_moment() -> None:

@@ -102,11 +102,13 @@ class StatusCache:
         self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool
     ) -> bool:
         """Store ``entry`` unless a newer version is already there. Redis errors propagate."""
-        ttl = self._terminal_ttl_s if terminal else self._active_ttl_s
-        stored = await self._put(
-            keys=[self.key(transaction_id)], args=[version, jsonutil.dumps(entry), ttl]
-        )
-        return bool(stored)
+        keys, args = self._script_call(CacheWrite(transaction_id, version, entry, terminal))
+        return bool(await self._put(keys=keys, args=args))
+
+    def _script_call(self, write: CacheWrite) -> tuple[list[str], list[Any]]:
+        """The put-if-newer script's keys and arguments for one entry."""
+        ttl = self._terminal_ttl_s if write.terminal else self._active_ttl_s
+        return [self.key(write.transaction_id)], [write.version, jsonutil.dumps(write.entry), ttl]
 
     async def put_quietly(
         self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool
@@ -127,12 +129,8 @@ class StatusCache:
             return []
         async with self._redis.pipeline(transaction=False) as pipe:
             for write in entries:
-                ttl = self._terminal_ttl_s if write.terminal else self._active_ttl_s
-                await self._put(
-                    keys=[self.key(write.transaction_id)],
-                    args=[write.version, jsonutil.dumps(write.entry), ttl],
-                    client=pipe,
-                )
+                keys, args = self._script_call(write)
+                await self._put(keys=keys, args=args, client=pipe)
             stored = await pipe.execute()
         return [bool(value) for value in stored]
 
