@@ -28,13 +28,33 @@ $(SQS_VENV)/bin/ministack: tools/sqs-server.txt | $(UV)
 .PHONY: tools
 tools: $(SQS_VENV)/bin/ministack ## install the local SQS server (ministack) in its own venv
 
+# The local chain: anvil, solc and OpenZeppelin Contracts from the npm registry, pinned by
+# tools/chain/package-lock.json; the forwarder and Relay's recipient compiled from source.
+CHAIN_DIR := .tools/chain
+$(CHAIN_DIR)/node_modules/.package-lock.json: tools/chain/package.json tools/chain/package-lock.json
+	@command -v npm >/dev/null 2>&1 || { echo "make chain: needs Node.js 20+ and npm (apt-get install nodejs npm)" >&2; exit 1; }
+	mkdir -p $(CHAIN_DIR)
+	cp tools/chain/package.json tools/chain/package-lock.json $(CHAIN_DIR)/
+	cd $(CHAIN_DIR) && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error
+	@test -x $(CHAIN_DIR)/node_modules/@foundry-rs/anvil-linux-amd64/bin/anvil || { echo "make chain: anvil did not install (linux x86-64 only)" >&2; exit 1; }
+
+$(CHAIN_DIR)/build/contracts.json: $(CHAIN_DIR)/node_modules/.package-lock.json tools/chain/compile.mjs tools/chain/contracts/RelayRecipient.sol
+	cd $(CHAIN_DIR) && node ../../tools/chain/compile.mjs build/contracts.json
+
+.PHONY: chain
+chain: $(CHAIN_DIR)/build/contracts.json ## install anvil + solc (npm) and compile the contracts into .tools/chain
+
 .PHONY: run
-run: install tools ## run the whole system locally (API on 127.0.0.1:$${PORT:-8000})
+run: install tools chain ## run the whole system locally (API on 127.0.0.1:$${PORT:-8000})
 	$(UV) run --locked relay dev
 
 .PHONY: test
-test: install tools pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
+test: install tools chain pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
 	$(UV) run --locked pytest
+
+.PHONY: test-faults
+test-faults: install tools chain ## the outage scenarios on real processes (~10 min; CI runs them as a step)
+	$(UV) run --locked pytest -m faults tests/faults
 
 .PHONY: test-stress
 test-stress: install tools ## the load tests (1,000 transactions through two consumers)

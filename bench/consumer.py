@@ -114,6 +114,10 @@ SETTINGS = {
     # executor's lifecycle paused they would only add noise to the message path.
     "tracker_enabled": "false",
     "notify_enabled": "false",
+    # The in-flight limit is sized to what the executor serves at once (the OZ Relayer: 100,
+    # its default). The relayer-stub serves any number, so it is the consumer's concurrency
+    # here, and the 200 ms case measures the consumer rather than a cap of 100 / 0.2 s.
+    "executor_max_in_flight": str(DEFAULT_CONCURRENCY),
 }
 
 

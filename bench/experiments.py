@@ -10,6 +10,8 @@ docs/performance.md ("Measured experiments").
 - ``asyncio_consumer``: run the consumer on the standard asyncio loop instead of uvloop;
 - ``young_gc_2000``: collect the young generation every 2,000 net allocations instead of
   20,000 (``relay_core.gctuning.YOUNG_THRESHOLD``): shorter collections, ten times as many;
+- ``no_rate_limit``: the API without its rate limiter (every request allowed without asking
+  Redis), to show what the guard's limiter costs per request;
 - ``accept_on_connection``: the accept routes' unit of work on an ``AsyncConnection`` instead
   of an ``AsyncSession`` (what the session's own transaction bookkeeping costs per request;
   ``--only accept``: the status route would check out a connection it does not use).
@@ -23,7 +25,13 @@ import os
 from collections.abc import AsyncIterator
 from typing import Any
 
-KNOWN = ("no_gc_freeze", "young_gc_2000", "asyncio_consumer", "accept_on_connection")
+KNOWN = (
+    "no_gc_freeze",
+    "young_gc_2000",
+    "asyncio_consumer",
+    "accept_on_connection",
+    "no_rate_limit",
+)
 
 
 def enabled() -> set[str]:
@@ -48,6 +56,13 @@ def apply(names: set[str]) -> None:
         from queue_consumer import main
 
         main._run_loop = asyncio.run
+    if "no_rate_limit" in names:
+        from relay_api.limits import service as limits
+
+        async def allow(self: Any, subject: str, limit: Any) -> Any:
+            return limits.Decision(True, limit, limit.burst, 0.0, 0.0)
+
+        limits.RateLimiter.take = allow  # type: ignore[method-assign]
     if "accept_on_connection" in names:
         from relay_api import deps
         from relay_api.relay import endpoints

@@ -1,11 +1,13 @@
 """`make run` as a user runs it: a real process tree on a fresh state directory.
 
 Starts `make run` from a temporary working directory (the Makefile is found with `make -C`,
-all state goes to a temporary RELAY_STATE_DIR), submits a transaction over HTTP, waits until
-the consumer has submitted it to the relayer-stub, then presses "Ctrl-C" (SIGINT to the
-foreground process group, as a terminal does) and checks that every process of the tree is
-gone within the grace period. A second `make run` on the same directory must find the same
-database: the first transaction is still there.
+all state goes to a temporary RELAY_STATE_DIR), submits the banner's transaction over HTTP,
+waits until it is `confirmed` with a hash the local chain has a receipt for, runs
+examples/gasless.py as a user would (no arguments) until it prints `confirmed`, then presses
+"Ctrl-C" (SIGINT to the foreground process group, as a terminal does) and checks that every
+process of the tree is gone within the grace period. A second `make run` on the same
+directory must find the same database and the same chain: the first transaction is still
+there and still on chain.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -28,11 +31,10 @@ from relay_core.localsqs import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 STARTUP_S = 60.0  # make run installs nothing on a synced checkout; start-up is ~10 s here
-SUBMITTED_S = 20.0
+CONFIRMED_S = 30.0  # a block a second, confirmed two blocks later
 # relay dev stops the API, then the consumer (draining, RELAY_CONSUMER_GRACE_S=20 in dev),
 # then the executor and SQS; 30 s is devserver.GRACE_S, the longest it waits for any child.
 STOP_GRACE_S = 30.0
-SUBMITTED_OR_LATER = {"submitted", "mined", "confirmed"}
 # Settings that would point `make run` at something other than its embedded defaults.
 INHERITED_OVERRIDES = ("DATABASE_URL", "REDIS_URL", "AWS_ENDPOINT_URL", "PORT", "MAKEFLAGS")
 
@@ -152,6 +154,27 @@ def _banner_key(output: str) -> str:
     return match.group(1)
 
 
+def _chain_rpc(banner: str) -> str:
+    match = re.search(r"^\s+chain\s+(http://127\.0\.0\.1:\d+)\s", banner, re.MULTILINE)
+    assert match, banner
+    return match.group(1)
+
+
+def _receipt(rpc_url: str, tx_hash: str) -> dict[str, object] | None:
+    answer = httpx.post(
+        rpc_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "eth_getTransactionReceipt",
+            "params": [tx_hash],
+        },
+        timeout=10,
+    ).json()
+    result = answer.get("result")
+    return result if isinstance(result, dict) else None
+
+
 def _redrive_target(banner: str) -> str:
     """The DLQ the local SQS server's work queue redrives to (SQS must be on loopback)."""
     match = re.search(r"^\s+SQS\s+(http://127\.0\.0\.1:\d+)\s", banner, re.MULTILINE)
@@ -194,6 +217,7 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         commands = " | ".join(run.seen.values())
         for part in (
             "ministack",
+            "anvil",
             "relayer_stub.main",
             "queue_consumer.main",
             "relay_api.cli serve",
@@ -213,16 +237,34 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         transaction_id = accepted.json()["transactionId"]
 
         status: dict[str, object] = {}
-        deadline = time.monotonic() + SUBMITTED_S
+        deadline = time.monotonic() + CONFIRMED_S
         while time.monotonic() < deadline:
             status = httpx.get(
                 f"{run.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
             ).json()
-            if status.get("status") in SUBMITTED_OR_LATER:
+            if status.get("status") in ("confirmed", "failed"):
                 break
             time.sleep(0.2)
-        assert status.get("status") in SUBMITTED_OR_LATER, status
-        assert status.get("submittedAt"), status
+        assert status.get("status") == "confirmed", status
+        chain = _chain_rpc(banner)
+        receipt = _receipt(chain, str(status["hash"]))
+        assert receipt is not None, status
+        assert receipt["status"] == "0x1"
+
+        # The gasless example, as the banner says to run it: no arguments beside make run.
+        example = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "gasless.py")],
+            cwd=ROOT,
+            env=_clean_env(state, run.port),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert example.returncode == 0, example.stdout + example.stderr
+        assert re.search(r"^status\s+confirmed$", example.stdout, re.MULTILINE), example.stdout
+        gasless_hash = re.search(r"^hash\s+(0x[0-9a-f]{64})$", example.stdout, re.MULTILINE)
+        assert gasless_hash, example.stdout
+        assert _receipt(chain, gasless_hash.group(1)) is not None
     finally:
         took = _interrupt(run)
     output = run.output()
@@ -239,6 +281,8 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
             f"{again.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
         )
         assert reread.status_code == 200, reread.text
-        assert reread.json()["status"] in SUBMITTED_OR_LATER
+        assert reread.json()["status"] == "confirmed"
+        # The same chain, loaded from the state directory: the transaction is still on it.
+        assert _receipt(_chain_rpc(again.output()), str(status["hash"])) is not None
     finally:
         _interrupt(again)

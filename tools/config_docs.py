@@ -37,7 +37,9 @@ a test fails when it is out of date.
 
 `make run` sets `RELAY_ENV=dev`, `DATABASE_URL=sqlite:///.relay/relay.db`,
 `RELAY_CONSUMER_GRACE_S=20` and starts a local SQS server for `AWS_ENDPOINT_URL` and the
-relayer-stub for `RELAY_EXECUTOR_URL` unless you set them. `docker-compose.yml` and the ECS
+relayer-stub for `RELAY_EXECUTOR_URL` unless you set them; with the local chain it also sets
+`RELAY_CHAIN_RPC_URL`, `RELAY_CHAIN_ID`, `RELAY_FORWARDER_ADDRESS` and the stub's
+`STUB_CHAIN_RPC_URL` from what it started and deployed. `docker-compose.yml` and the ECS
 template (`infra/cloudformation/relay.yaml`) set these same variables; see docs/local.md and
 docs/deploy.md.
 """

@@ -17,6 +17,9 @@ from typing import Any
 import pytest
 from cfnlint.decode import decode_str
 
+from queue_consumer.retry import Policy, shortest_retry_span_s
+from queue_consumer.settings import ConsumerSettings
+
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "infra" / "cloudformation" / "relay.yaml"
 
@@ -42,8 +45,11 @@ CONSUMER_ACTIONS = {
     ("sqs:ChangeMessageVisibility", WORK_QUEUE),
     ("sqs:GetQueueAttributes", WORK_QUEUE),
     ("sqs:GetQueueUrl", WORK_QUEUE),
+    ("sqs:SendMessage", WORK_QUEUE),
     ("sqs:SendMessage", DLQ),
     ("sqs:GetQueueUrl", DLQ),
+    ("sqs:ReceiveMessage", DLQ),
+    ("sqs:ChangeMessageVisibility", DLQ),
 }
 FARGATE_MAX_STOP_TIMEOUT_S = 120
 
@@ -145,6 +151,17 @@ def environment(definition: dict[str, Any]) -> dict[str, Any]:
 # --- the promises -----------------------------------------------------------------------------
 
 
+_CONSUMER = ConsumerSettings(environment="test")  # the defaults the template runs with
+
+
+def _policy(max_receive_count: int) -> Policy:
+    return Policy(
+        max_receive_count=max_receive_count,
+        base_s=_CONSUMER.consumer_backoff_base_s,
+        cap_s=_CONSUMER.consumer_backoff_cap_s,
+    )
+
+
 def queue_problems(template: dict[str, Any]) -> list[str]:
     problems = []
     work, dlq = props(template, WORK_QUEUE), props(template, DLQ)
@@ -154,8 +171,15 @@ def queue_problems(template: dict[str, Any]) -> list[str]:
     if getatt(redrive.get("deadLetterTargetArn")) != (DLQ, "Arn"):
         problems.append("work queue has no redrive policy to the DLQ (deadLetterTargetArn)")
     max_receive = resolve(template, redrive.get("maxReceiveCount"))
-    if not isinstance(max_receive, int) or not 1 <= max_receive <= 10:
-        problems.append(f"redrive maxReceiveCount must be 1..10, is {max_receive!r}")
+    if not isinstance(max_receive, int) or not 1 <= max_receive <= 1000:
+        problems.append(f"redrive maxReceiveCount must be 1..1000, is {max_receive!r}")
+    elif (span := shortest_retry_span_s(_policy(max_receive))) < (
+        budget := _CONSUMER.consumer_retry_budget_s
+    ):
+        problems.append(
+            f"redrive maxReceiveCount {max_receive} lets SQS dead-letter a message after "
+            f"{span:.0f} s of back-off, inside the consumer's {budget:.0f} s retry budget"
+        )
     work_retention = resolve(template, work.get("MessageRetentionPeriod"))
     dlq_retention = resolve(template, dlq.get("MessageRetentionPeriod"))
     if not isinstance(work_retention, int):
@@ -406,8 +430,37 @@ def alarm_problems(template: dict[str, Any]) -> list[str]:
     return problems
 
 
+PUBLIC_PATHS = {"/api/v1/*", "/health"}
+
+
+def exposure_problems(template: dict[str, Any]) -> list[str]:
+    """The internet-facing listeners forward only the public API: /metrics, /ready, /docs
+    and /openapi.json are not routed (DESIGN §2 invariant 8; the guard issue)."""
+    problems = []
+    for name, listener in resources(template, "AWS::ElasticLoadBalancingV2::Listener").items():
+        for action in listener.get("Properties", {}).get("DefaultActions", []):
+            if action.get("Type") == "forward":
+                problems.append(f"{name} forwards every path by default: route the API only")
+    forwarded: set[str] = set()
+    for name, rule in resources(template, "AWS::ElasticLoadBalancingV2::ListenerRule").items():
+        properties = rule.get("Properties", {})
+        if not any(a.get("Type") == "forward" for a in properties.get("Actions", [])):
+            continue
+        for condition in properties.get("Conditions", []):
+            values = set(condition.get("PathPatternConfig", {}).get("Values", []))
+            if condition.get("Field") != "path-pattern" or not values:
+                problems.append(f"{name} forwards without a path condition")
+            forwarded |= values
+    if forwarded != PUBLIC_PATHS:
+        problems.append(
+            f"the ALB must forward exactly {sorted(PUBLIC_PATHS)}, forwards {sorted(forwarded)}"
+        )
+    return problems
+
+
 def infra_problems(template: dict[str, Any]) -> list[str]:
     return [
+        *exposure_problems(template),
         *queue_problems(template),
         *service_problems(template),
         *scaling_problems(template),
@@ -500,6 +553,32 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "redrive removed": (
         _delete(["Resources", WORK_QUEUE, "Properties", "RedrivePolicy"]),
         "redrive policy",
+    ),
+    "redrive inside the retry budget": (
+        _set(["Parameters", "QueueMaxReceiveCount", "Default"], 3),
+        "inside the consumer's",
+    ),
+    "everything routed": (
+        _set(
+            ["Resources", "HttpsListener", "Properties", "DefaultActions"],
+            [{"Type": "forward", "TargetGroupArn": {"Ref": "ApiTargetGroup"}}],
+        ),
+        "forwards every path",
+    ),
+    "metrics routed": (
+        _set(
+            [
+                "Resources",
+                "PublicApiRule",
+                "Properties",
+                "Conditions",
+                0,
+                "PathPatternConfig",
+                "Values",
+            ],
+            ["/api/v1/*", "/health", "/metrics"],
+        ),
+        "must forward exactly",
     ),
     "dlq retention too short": (
         _set(["Resources", DLQ, "Properties", "MessageRetentionPeriod"], 86400),

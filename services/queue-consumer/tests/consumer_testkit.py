@@ -11,13 +11,14 @@ from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import create_engine, insert, select, text
+import httpx
+from sqlalchemy import create_engine, insert, select, text, update
 from sqlalchemy.engine import make_url
 
 from relay_core import jsonutil
 from relay_core.db.models import ApiClient, Transaction, TransactionEvent, utcnow
 from relay_core.queue import TransactionMessage, send_batch
-from relay_core.testing import Stub
+from relay_core.testing import STUB_DEV_KEY, Stub
 
 __all__ = ["Stub"]
 
@@ -163,3 +164,26 @@ def process_env(values: dict[str, Any]) -> dict[str, str]:
     for key, value in values.items():
         env[names.get(key, f"RELAY_{key.upper()}")] = str(value)
     return env
+
+
+def set_rows(database_url: str, ids: list[str], **values: Any) -> None:
+    """Put rows in a given state directly (an in-doubt attempt, a lost message, ...)."""
+    engine = sync_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(update(Transaction).where(Transaction.id.in_(ids)).values(**values))
+    engine.dispose()
+
+
+def submit_to_stub(stub: Stub, requests: list[dict[str, Any]]) -> list[str]:
+    """Send transactions to the executor directly (as an earlier attempt, or other traffic)."""
+    ids: list[str] = []
+    with httpx.Client(base_url=stub.base_url, timeout=30) as http:
+        for request in requests:
+            response = http.post(
+                "/api/v1/relayers/relayer-1/transactions",
+                json={"speed": "fast", **request},
+                headers={"Authorization": f"Bearer {STUB_DEV_KEY}"},
+            )
+            response.raise_for_status()
+            ids.append(response.json()["data"]["id"])
+    return ids

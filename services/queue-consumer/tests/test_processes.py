@@ -80,7 +80,10 @@ async def test_crash_right_after_the_executor_answered_is_reconciled_not_resubmi
 ) -> None:
     ids = seed_rows(database_url, 1)
     await send_messages(sqs, queues[0], ids)
-    crashing = spawn_consumer(0, extra_env={"RELAY_CONSUMER_FAULT": "exit-after-submit"})
+    # Fault injection exists in development only.
+    crashing = spawn_consumer(
+        0, environment="dev", extra_env={"RELAY_CONSUMER_FAULT": "exit-after-submit"}
+    )
     assert crashing.wait(60) == 70  # died between the executor's answer and the record
     assert stub.ledger_count() == 1
     assert status_counts(database_url) == {"processing": 1}
@@ -136,3 +139,16 @@ def test_check_command_reports_health_from_the_heartbeat_file(tmp_path: Path) ->
     old = time.time() - 120
     os.utime(heartbeat, (old, old))
     assert check() == 1
+
+
+def test_fault_injection_is_off_outside_development(consumer_settings: Any) -> None:
+    from queue_consumer.transactions.service import TransactionProcessor
+
+    for environment, fault in (("test", ""), ("production", ""), ("dev", "exit-after-submit")):
+        settings = consumer_settings.model_copy(update={"environment": environment})
+        os.environ["RELAY_CONSUMER_FAULT"] = "exit-after-submit"
+        try:
+            processor = TransactionProcessor(settings, None, None, None, None, None)  # type: ignore[arg-type]
+        finally:
+            del os.environ["RELAY_CONSUMER_FAULT"]
+        assert processor._fault == fault, environment

@@ -6,7 +6,8 @@ import random
 
 import pytest
 
-from queue_consumer.retry import Action, Failure, Policy, plan_retry
+from queue_consumer.retry import Action, Failure, Policy, plan_retry, shortest_retry_span_s
+from queue_consumer.settings import ConsumerSettings
 
 POLICY = Policy(max_receive_count=3, base_s=2.0, cap_s=60.0)
 
@@ -18,13 +19,20 @@ POLICY = Policy(max_receive_count=3, base_s=2.0, cap_s=60.0)
         (None, 3, None, Action.delete, 0, 0),
         (Failure.transient, 1, None, Action.backoff, 1, 2),
         (Failure.transient, 2, None, Action.backoff, 2, 4),
-        (Failure.transient, 3, None, Action.give_up, 0, 0),
-        (Failure.transient, 7, None, Action.give_up, 0, 0),
+        # The last allowed receive never leaves a live transaction to the redrive policy.
+        (Failure.transient, 3, None, Action.requeue, 4, 8),
+        (Failure.transient, 7, None, Action.requeue, 30, 60),
         (Failure.rate_limited, 1, 30.0, Action.backoff, 30, 30),
         (Failure.rate_limited, 2, 0.0, Action.backoff, 2, 4),
-        (Failure.rate_limited, 3, 30.0, Action.give_up, 0, 0),
+        (Failure.rate_limited, 3, 30.0, Action.requeue, 30, 30),
+        # A requeued copy is delayed at most SQS's 15 minutes.
+        (Failure.rate_limited, 3, 7200.0, Action.requeue, 900, 900),
+        # An unexpected error is retried, but the redrive policy ends it (never requeued).
+        (Failure.error, 1, None, Action.backoff, 1, 2),
+        (Failure.error, 3, None, Action.backoff, 4, 8),
         (Failure.permanent, 1, None, Action.dead_letter, 0, 0),
         (Failure.permanent, 3, None, Action.dead_letter, 0, 0),
+        (Failure.exhausted, 2, None, Action.dead_letter, 0, 0),
         (Failure.poison, 1, None, Action.dead_letter, 0, 0),
     ],
 )
@@ -63,3 +71,17 @@ def test_backoff_is_jittered() -> None:
         plan_retry(Failure.transient, 8, policy, rng=random.Random(s)).delay_s for s in range(50)
     }
     assert len(delays) > 10
+
+
+def test_the_default_receive_count_outlasts_the_retry_budget() -> None:
+    # A transient failure is retried for the budget; the redrive policy must not end it
+    # sooner even when every back-off draws its shortest jitter.
+    settings = ConsumerSettings(environment="test")
+    policy = Policy(
+        max_receive_count=settings.queue_max_receive_count,
+        base_s=settings.consumer_backoff_base_s,
+        cap_s=settings.consumer_backoff_cap_s,
+    )
+    assert shortest_retry_span_s(policy) >= settings.consumer_retry_budget_s
+    shorter = Policy(max_receive_count=settings.queue_max_receive_count - 20, base_s=2, cap_s=300)
+    assert shortest_retry_span_s(shorter) < settings.consumer_retry_budget_s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+TEST_FORWARDER = "0x5FbDB2315678afecb367f032d93F642f64180aa3"  # not deployed anywhere
 DEAD = "0x000000000000000000000000000000000000dEaD"
 
 

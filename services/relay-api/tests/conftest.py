@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import pytest
+from api_testkit import TEST_FORWARDER
 
 from relay_api.app import create_app
 from relay_api.auth.service import create_client
@@ -25,6 +26,9 @@ def settings_overrides() -> dict[str, Any]:
 def api_settings(infra_env: dict[str, Any], settings_overrides: dict[str, Any]) -> ApiSettings:
     values: dict[str, Any] = {
         **infra_env,
+        # gasless on, for a forwarder that is not deployed anywhere (the chain is not asked)
+        "chain_id": 31337,
+        "forwarder_address": TEST_FORWARDER,
         "auth_cache_ttl_s": 0,
         "sweeper_enabled": False,
         "outbox_sweep_grace_s": 0,

@@ -53,6 +53,9 @@ DIRECT_CASES: list[tuple[str, Any, dict[str, str], int, str]] = [
     ("value-hex", direct(value="0x10"), {}, 422, "value"),
     ("value-above-uint256", direct(value=UINT256_PLUS_ONE), {}, 422, "value"),
     ("value-huge-digits", direct(value="9" * 500), {}, 422, "value"),
+    ("value-trailing-newline", direct(value="5\n"), {}, 422, "value"),
+    ("data-trailing-newline", direct(data="0xab\n"), {}, 422, "data"),
+    ("to-trailing-newline", direct(to=DEAD + "\n"), {}, 422, "to"),
     ("gas-limit-above-block", direct(gasLimit="30000001"), {}, 400, "gasLimit"),
     ("gas-limit-below-intrinsic", direct(gasLimit="20999"), {}, 400, "gasLimit"),
     ("gas-limit-float-string", direct(gasLimit="21000.5"), {}, 422, "gasLimit"),
@@ -166,6 +169,9 @@ def _gasless_cases(settings: Any) -> list[tuple[str, Any, int, str]]:
         ("deadline-float", tampered(deadline=1.5), 422, "request.deadline"),
         ("deadline-string", tampered(deadline="4102444800"), 422, "request.deadline"),
         ("deadline-above-uint48", tampered(deadline=2**48), 422, "request.deadline"),
+        # Beyond year 9999: a date cannot even be made of it (it used to answer 500).
+        ("deadline-year-10000", tampered(deadline=253402300800), 400, "request.deadline"),
+        ("nonce-trailing-newline", tampered(nonce="3\n"), 422, "request.nonce"),
         ("nonce-negative", tampered(nonce="-1"), 422, "request.nonce"),
         ("nonce-number", tampered(nonce=3), 422, "request.nonce"),
         (

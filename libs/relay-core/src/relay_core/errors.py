@@ -10,9 +10,10 @@ class RelayError(Exception):
     status_code = 500
     code = "internal_error"
 
-    def __init__(self, detail: str) -> None:
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.detail = detail
+        self.headers = headers or {}
 
 
 class BadRequest(RelayError):

@@ -16,9 +16,10 @@ from eth_utils import keccak, to_checksum_address
 UINT256_MAX = 2**256 - 1
 UINT48_MAX = 2**48 - 1
 
-_ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
-_HEX = re.compile(r"^0x(?:[0-9a-fA-F]{2})*$")
-_DECIMAL = re.compile(r"^(?:0|[1-9][0-9]*)$")
+# Matched with fullmatch: ``$`` would also accept a trailing newline ("5\n").
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]{40}")
+_HEX = re.compile(r"0x(?:[0-9a-fA-F]{2})*")
+_DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -27,7 +28,7 @@ def check_address(value: str) -> str:
 
     Cached: a keccak per call, and clients send to the same few addresses again and again
     (an invalid address raises, and exceptions are not cached)."""
-    if not _ADDRESS.match(value):
+    if not _ADDRESS.fullmatch(value):
         raise ValueError("must be 0x followed by 40 hex digits")
     body = value[2:]
     checksummed = to_checksum_address(value)
@@ -37,7 +38,7 @@ def check_address(value: str) -> str:
 
 
 def check_hex_data(value: str, max_bytes: int) -> str:
-    if not _HEX.match(value):
+    if not _HEX.fullmatch(value):
         raise ValueError("must be 0x followed by an even number of hex digits")
     if (len(value) - 2) // 2 > max_bytes:
         raise ValueError(f"must be at most {max_bytes} bytes")
@@ -46,7 +47,7 @@ def check_hex_data(value: str, max_bytes: int) -> str:
 
 def parse_uint(value: str, *, maximum: int = UINT256_MAX, minimum: int = 0) -> int:
     """Parse a canonical decimal string (no sign, no leading zeros, no exponent)."""
-    if not _DECIMAL.match(value) or len(value) > 78:
+    if not _DECIMAL.fullmatch(value) or len(value) > 78:
         raise ValueError('must be a decimal integer string such as "1000"')
     number = int(value)
     if number > maximum:

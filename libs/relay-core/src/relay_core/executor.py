@@ -67,6 +67,8 @@ class ExecutorTx:
     created_at: datetime | None
     status_reason: str | None
     raw: dict[str, Any]
+    gas_limit: int | None = None
+    speed: str | None = None
 
     @classmethod
     def from_api(cls, data: dict[str, Any]) -> ExecutorTx:
@@ -80,7 +82,17 @@ class ExecutorTx:
             created_at=_parse_time(data.get("created_at")),
             status_reason=data.get("status_reason"),
             raw=data,
+            gas_limit=data["gas_limit"] if isinstance(data.get("gas_limit"), int) else None,
+            speed=data.get("speed") if isinstance(data.get("speed"), str) else None,
         )
+
+
+@dataclass(frozen=True, slots=True)
+class ExecutorPage:
+    """One page of the executor's list (newest first) and, if it says, how many there are."""
+
+    items: list[ExecutorTx]
+    total_items: int | None
 
 
 def _parse_value(value: Any) -> int | None:
@@ -233,6 +245,11 @@ class ExecutorClient:
         body = await self._call("DELETE", f"{self._base}/{executor_tx_id}")
         return ExecutorTx.from_api(body["data"])
 
-    async def list_page(self, page: int, per_page: int = 50) -> list[ExecutorTx]:
+    async def list_page(self, page: int, per_page: int = 50) -> ExecutorPage:
         body = await self._call("GET", self._base, params={"page": page, "per_page": per_page})
-        return [ExecutorTx.from_api(item) for item in body.get("data") or []]
+        pagination = body.get("pagination") or {}
+        total = pagination.get("total_items") if isinstance(pagination, dict) else None
+        return ExecutorPage(
+            items=[ExecutorTx.from_api(item) for item in body.get("data") or []],
+            total_items=int(total) if isinstance(total, int) else None,
+        )

@@ -44,6 +44,18 @@ def ministack_executable() -> str | None:
     return None
 
 
+def stop_process(process: subprocess.Popen[bytes], timeout_s: float = 10.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within ``timeout_s``."""
+    if process.poll() is not None:
+        return
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @dataclass
 class LocalSqs:
     kind: str
@@ -55,13 +67,7 @@ class LocalSqs:
         return f"http://127.0.0.1:{self.port}"
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout_s)
 
     def kill(self) -> None:
         if self.process.poll() is None:

@@ -8,10 +8,14 @@ deployment sets them once for every service.
 
 from __future__ import annotations
 
+import ipaddress
 from enum import StrEnum
+from typing import Annotated
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from relay_core.netguard import AddressPolicy
 
 # The relayer-stub's development key, so `make run` works without configuration.
 DEV_EXECUTOR_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
@@ -96,13 +100,48 @@ class InfraSettings(BaseSettings):
     queue_name: str = Field("relay-transactions", description="work queue name")
     dlq_name: str = Field("relay-transactions-dlq", description="dead-letter queue name")
     queue_max_receive_count: int = Field(
-        3, ge=1, le=1000, description="receives before SQS moves a message to the DLQ"
+        40,
+        ge=1,
+        le=1000,
+        description="receives before SQS moves a message to the DLQ; 40 receives under the "
+        "consumer's back-off outlast its one-hour retry budget (docs/runbook.md)",
     )
     queue_visibility_timeout_s: int = Field(
         60, ge=0, le=43200, description="queue visibility timeout (set by `relay queues create`)"
     )
     queue_retention_s: int = Field(
         4 * 24 * 3600, ge=60, le=1209600, description="message retention of the work queue"
+    )
+
+    reconcile_pending_after_s: float = Field(
+        7200.0,
+        gt=0,
+        description="a pending row enqueued this long ago and never claimed has lost its "
+        "message (or it was dead-lettered): the reconciler enqueues it again. Keep it above "
+        "the retry budget: a live message is received again well within it",
+    )
+    reconcile_missing_after_s: float = Field(
+        1800.0,
+        gt=0,
+        description="a submitted row whose executor record has answered 404 this long is "
+        "given a final status (failed, with the reason) by the reconciler",
+    )
+    reconcile_batch: int = Field(500, ge=1, le=10_000, description="rows per reconciler pass")
+
+    callback_allowed_networks: Annotated[list[str], NoDecode] = Field(
+        default_factory=list,
+        description="comma-separated CIDRs client callbacks may reach although they are "
+        "private (an internal receiver on purpose); everything else inside is refused",
+    )
+    callback_allow_loopback: bool = Field(
+        False, description="let client callbacks reach 127.0.0.1/::1 (local development)"
+    )
+
+    chain_rpc_url: str | None = Field(
+        None,
+        validation_alias=env("RELAY_CHAIN_RPC_URL", "CHAIN_RPC_URL"),
+        description="JSON-RPC URL of the chain the executor sends to (gasless nonces, receipts); "
+        "unset: Relay never reads the chain itself",
     )
 
     executor_url: str = Field(
@@ -124,6 +163,26 @@ class InfraSettings(BaseSettings):
             return
         if self.executor_api_key.get_secret_value() in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS):
             raise SystemExit("RELAY_EXECUTOR_API_KEY must be set to a real key in production")
+
+    @field_validator("callback_allowed_networks", mode="before")
+    @classmethod
+    def _split_networks(cls, value: object) -> object:
+        if isinstance(value, str):
+            value = [part.strip() for part in value.split(",") if part.strip()]
+        for network in value if isinstance(value, list) else []:
+            try:
+                ipaddress.ip_network(str(network), strict=False)
+            except ValueError as exc:
+                raise ValueError(f"RELAY_CALLBACK_ALLOWED_NETWORKS: {exc}") from exc
+        return value
+
+    def callback_policy(self) -> AddressPolicy:
+        """Where client callbacks may go (https only in production)."""
+        return AddressPolicy.build(
+            self.callback_allowed_networks,
+            allow_loopback=self.callback_allow_loopback,
+            require_https=not self.is_dev,
+        )
 
     @field_validator("database_url")
     @classmethod

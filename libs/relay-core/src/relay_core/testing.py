@@ -104,3 +104,28 @@ class Stub:
 
 def start_stub(directory: Path, port: int | None = None, **env: str) -> Stub:
     return Stub(port or free_port(), directory / "relayer-stub.sqlite3", env).start()
+
+
+def relay_command(env: dict[str, str], *args: str) -> str:
+    """Run the operator's ``relay`` command as a process; returns what it printed."""
+    return subprocess.run(
+        [sys.executable, "-m", "relay_api.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def new_api_key(
+    env: dict[str, str], name: str, *, rate_per_s: float | None = None, burst: int | None = None
+) -> str:
+    """A client made as an operator makes one (``relay keys create``), optionally with its own
+    rate limit (``relay clients policy``); returns its key."""
+    key = relay_command(env, "keys", "create", "--name", name).strip().splitlines()[-1]
+    if rate_per_s is not None and burst is not None:
+        relay_command(
+            env, "clients", "policy", name, "--rate-per-s", str(rate_per_s), "--burst", str(burst)
+        )
+    return key

@@ -83,6 +83,8 @@ async def apply_upstream(
         return True  # final: nothing the executor says can change it, and nothing to record
     now = utcnow()
     values: dict[str, Any] = {"last_synced_at": now}
+    if tx.upstream_missing_since is not None:
+        values["upstream_missing_since"] = None  # the executor knows it (again)
     if view.hash and view.hash != tx.hash:
         values["hash"] = view.hash  # the executor may re-broadcast with a new hash
     if not can_advance(tx.status, view.status):

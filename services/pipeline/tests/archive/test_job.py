@@ -353,3 +353,18 @@ def test_a_column_added_by_a_later_migration_is_archived_too(
     run_archive(spark, scratch_mysql.db, _request(tmp_path))
 
     _assert_lossless(spark, scratch_mysql, tmp_path, original_tx, original_ev, ids["old"])
+
+
+def test_every_column_of_the_models_is_archived_with_its_own_type():
+    # A column the archive does not know is kept as text: lossless, but not the column's type.
+    # A migration that adds a column should teach the archive its type.
+    from relay_core.db.models import TRANSACTION_EVENTS, TRANSACTIONS
+    from relay_pipeline.archive.repository import (
+        _KNOWN_LATER,
+        EVENT_SCHEMA,
+        TRANSACTION_SCHEMA,
+    )
+
+    known = {f.name for f in TRANSACTION_SCHEMA.fields} | set(_KNOWN_LATER)
+    assert set(TRANSACTIONS.columns.keys()) <= known
+    assert set(TRANSACTION_EVENTS.columns.keys()) <= {f.name for f in EVENT_SCHEMA.fields}

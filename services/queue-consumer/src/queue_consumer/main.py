@@ -14,18 +14,21 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
+from queue_consumer.transactions.lookup import ExecutorLookup
 from queue_consumer.transactions.service import TransactionProcessor
 from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
-from relay_core import gctuning
+from relay_core import evm, gctuning, jsonutil
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
 from relay_core.logs import configure_logging
+from relay_core.reconcile import Reconciler
 
 log = logging.getLogger("queue_consumer")
 
@@ -36,6 +39,7 @@ async def _queue_urls(sqs: Any, settings: ConsumerSettings, stop: asyncio.Event)
         try:
             queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
             dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
+            await _check_redrive(sqs, queue_url, settings)
             return str(queue_url), str(dlq_url)
         except Exception as exc:
             log.warning("consumer.queue_unavailable", extra={"error": str(exc)})
@@ -43,6 +47,30 @@ async def _queue_urls(sqs: Any, settings: ConsumerSettings, stop: asyncio.Event)
                 await asyncio.wait_for(stop.wait(), 2.0)
             if stop.is_set():
                 raise SystemExit(0) from exc
+
+
+async def _check_redrive(sqs: Any, queue_url: str, settings: ConsumerSettings) -> None:
+    """The consumer requeues a message on its last allowed receive, so it must know the
+    queue's real maxReceiveCount: a smaller one than configured would dead-letter live
+    transactions. The queue's own policy wins, loudly."""
+    try:
+        attributes = await sqs.get_queue_attributes(
+            QueueUrl=queue_url, AttributeNames=["RedrivePolicy"]
+        )
+    except Exception as exc:  # not allowed to read it: go by the setting
+        log.warning("consumer.redrive_unreadable", extra={"error": str(exc)})
+        return
+    policy = attributes.get("Attributes", {}).get("RedrivePolicy")
+    if not policy:
+        log.warning("consumer.queue_without_redrive", extra={"queue": settings.queue_name})
+        return
+    actual = int(jsonutil.loads(policy).get("maxReceiveCount", settings.queue_max_receive_count))
+    if actual != settings.queue_max_receive_count:
+        log.warning(
+            "consumer.max_receive_count_differs",
+            extra={"configured": settings.queue_max_receive_count, "queue": actual},
+        )
+        settings.queue_max_receive_count = actual
 
 
 @contextlib.asynccontextmanager
@@ -55,7 +83,13 @@ async def _health_server(consumer: Consumer, port: int) -> AsyncIterator[None]:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
             healthy = not consumer.stopping.is_set()
-            body = b'{"status":"ok"}' if healthy else b'{"status":"stopping"}'
+            body = jsonutil.dumps(
+                {
+                    "status": "ok" if healthy else "stopping",
+                    "circuit": consumer.breaker.describe(),
+                    "executorInFlight": consumer.processor.guard.in_flight,
+                }
+            ).encode()
             status = b"200 OK" if healthy else b"503 Service Unavailable"
             writer.write(
                 b"HTTP/1.1 "
@@ -88,8 +122,26 @@ async def open_consumer(
         settings.executor_api_key.get_secret_value(),
         settings.executor_relayer_id,
         timeout_s=settings.executor_timeout_s,
-        max_connections=settings.consumer_concurrency,
+        max_connections=settings.executor_max_in_flight,
     )
+    guard = ExecutorGuard(
+        CircuitBreaker(
+            failure_threshold=settings.circuit_failure_threshold,
+            cooldown_s=settings.circuit_cooldown_s,
+            cooldown_cap_s=settings.circuit_cooldown_cap_s,
+        ),
+        settings.executor_max_in_flight,
+    )
+    lookup = ExecutorLookup(
+        executor,
+        guard,
+        page_size=settings.executor_list_page_size,
+        max_pages=settings.consumer_lookup_max_pages,
+        timeout_s=settings.executor_timeout_s,
+        # leave the message's own timeout room to record what the lookup found
+        deadline_s=max(5.0, settings.consumer_message_timeout_s - 15),
+    )
+    rpc = evm.EvmRpc(settings.chain_rpc_url) if settings.chain_rpc_url else None
     redis = None
     cache = None
     if settings.redis_url:
@@ -117,13 +169,19 @@ async def open_consumer(
                 writers=settings.consumer_db_writers,
                 max_batch=settings.consumer_write_batch,
             )
-            processor = TransactionProcessor(settings, sessions, executor, writes)
+            processor = TransactionProcessor(
+                settings, sessions, executor, writes, guard, lookup, rpc=rpc
+            )
             consumer = Consumer(settings, sqs, queue_url, dlq_url, processor)
             consumer.stopping = stop
+            consumer.reconciler = Reconciler(
+                sessions, sqs, queue_url, dlq_url, settings, cache, executor=executor, rpc=rpc
+            )
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,
                     executor,
+                    guard,
                     cache,
                     stale_after_s=settings.tracker_stale_s,
                     batch=settings.tracker_batch,
@@ -136,12 +194,17 @@ async def open_consumer(
                     concurrency=settings.notify_concurrency,
                     max_age_s=settings.notify_max_age_s,
                     backoff_cap_s=settings.notify_backoff_cap_s,
+                    policy=settings.callback_policy(),
+                    per_client=settings.notify_per_client,
                 )
                 consumer.notifier = notifier
                 stack.push_async_callback(notifier.aclose)
             yield consumer
     finally:
+        await lookup.aclose()
         await executor.aclose()
+        if rpc is not None:
+            await rpc.aclose()
         if redis is not None:
             await redis.aclose()
         await engine.dispose()

@@ -1,4 +1,12 @@
-"""What to do with a message after an attempt: one pure function, tested as a table."""
+"""What to do with a message after an attempt: one pure function, tested as a table.
+
+How long a transient failure is retried is not a matter of receive counts: the transaction
+decides that (a time budget counted from its first attempt, ``TransactionProcessor``), and the
+message only carries it. So a message on its last allowed receive is never left for SQS's
+redrive while it still has work: a fresh copy is sent (its receive count starts again) and this
+one deleted. The redrive policy then moves to the DLQ only messages no consumer could act on at
+all (a consumer dying on every receive).
+"""
 
 from __future__ import annotations
 
@@ -10,17 +18,24 @@ from enum import StrEnum
 class Failure(StrEnum):
     """Why an attempt did not finish the message."""
 
-    transient = "transient"  # timeout, connection error, 5xx, database down
+    transient = "transient"  # timeout, connection error, 5xx, database down, circuit open
     rate_limited = "rate_limited"  # 429, honour the executor's `after`
-    permanent = "permanent"  # executor 4xx: this transaction will never be accepted
+    permanent = "permanent"  # executor 400/422: this transaction will never be accepted
+    exhausted = "exhausted"  # transient for longer than the retry budget: marked failed
     poison = "poison"  # unparseable, unknown schema or unknown transaction
+    # An unexpected error (a bug, or a row the code cannot handle): retried like a transient
+    # failure, but never requeued, so the redrive policy takes it to the DLQ in the end.
+    error = "error"
+    # Waiting its turn (a gasless nonce whose predecessor has not executed): back exactly
+    # when asked, without the growing back-off; requeued like a transient failure.
+    held = "held"
 
 
 class Action(StrEnum):
     delete = "delete"
     backoff = "backoff"  # ChangeMessageVisibility(delay): try again later
+    requeue = "requeue"  # last allowed receive: send a fresh copy (delayed), delete this one
     dead_letter = "dead_letter"  # send to the DLQ ourselves, with the reason, then delete
-    give_up = "give_up"  # last allowed receive: mark failed, let the redrive move it
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,13 +46,14 @@ class Plan:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    max_receive_count: int = 3
+    max_receive_count: int = 40
     base_s: float = 2.0
     cap_s: float = 300.0
 
 
-# SQS caps a visibility timeout at 12 hours.
+# SQS caps a visibility timeout at 12 hours and a message delay at 15 minutes.
 _MAX_VISIBILITY_S = 12 * 3600
+MAX_DELAY_S = 900
 
 
 def plan_retry(
@@ -52,17 +68,33 @@ def plan_retry(
 
     ``None`` means the attempt succeeded (or there was nothing to do): delete.
     Transient failures back off exponentially with full jitter, capped, and never sooner than
-    the executor asked (429 ``after``); on the last allowed receive they give up, which the
-    caller records as ``failed`` before SQS's redrive moves the message to the DLQ.
+    the executor asked (429 ``after``); on the last allowed receive the message is requeued.
     """
     if failure is None:
         return Plan(Action.delete)
-    if failure in (Failure.permanent, Failure.poison):
+    if failure in (Failure.permanent, Failure.poison, Failure.exhausted):
         return Plan(Action.dead_letter)
-    if receive_count >= policy.max_receive_count:
-        return Plan(Action.give_up)
+    if failure is Failure.held and retry_after_s is not None:
+        delay = retry_after_s
+    else:
+        delay = backoff_s(receive_count, policy, rng=rng)
+        if retry_after_s is not None:
+            delay = max(delay, retry_after_s)
+    delay = min(_MAX_VISIBILITY_S, max(1, round(delay)))
+    if receive_count >= policy.max_receive_count and failure is not Failure.error:
+        return Plan(Action.requeue, min(delay, MAX_DELAY_S))
+    return Plan(Action.backoff, delay)
+
+
+def backoff_s(receive_count: int, policy: Policy, *, rng: random.Random | None = None) -> float:
     ceiling = min(policy.cap_s, policy.base_s * 2 ** max(receive_count - 1, 0))
-    delay = (rng or random).uniform(ceiling / 2, ceiling)  # jitter, but never near zero
-    if retry_after_s is not None:
-        delay = max(delay, retry_after_s)
-    return Plan(Action.backoff, min(_MAX_VISIBILITY_S, max(1, round(delay))))
+    return (rng or random).uniform(ceiling / 2, ceiling)  # jitter, but never near zero
+
+
+def shortest_retry_span_s(policy: Policy) -> float:
+    """The least time a message can spend backing off before its last allowed receive: what
+    the queue's ``maxReceiveCount`` buys with this policy (every jitter at its low end)."""
+    return sum(
+        min(policy.cap_s, policy.base_s * 2 ** max(n - 1, 0)) / 2
+        for n in range(1, policy.max_receive_count)
+    )

@@ -31,6 +31,47 @@ class ConsumerSettings(InfraSettings):
         gt=0,
         description="how long the executor keeps final records (OZ: TRANSACTION_EXPIRATION_HOURS)",
     )
+    executor_max_in_flight: int = Field(
+        100,
+        ge=1,
+        le=4096,
+        description="executor calls in flight per process (OZ Relayer serves 100 at once: "
+        "RELAYER_CONCURRENCY_LIMIT); more would only be answered 429",
+    )
+    executor_list_page_size: int = Field(
+        100, ge=10, le=1000, description="transactions per page when an in-doubt lookup lists"
+    )
+    consumer_lookup_max_pages: int = Field(
+        500,
+        ge=1,
+        le=100_000,
+        description="pages an in-doubt lookup reads at most; one that cannot reach the "
+        "attempt's start within them stays in doubt and is tried again later",
+    )
+    consumer_retry_budget_s: float = Field(
+        3600.0,
+        gt=0,
+        description="how long transient failures (executor down, 429, 5xx, 401/403) are "
+        "retried, counted from a transaction's first attempt, before it is failed",
+    )
+    circuit_failure_threshold: int = Field(
+        5, ge=1, le=1000, description="consecutive executor failures that open the circuit"
+    )
+    circuit_cooldown_s: float = Field(
+        2.0, gt=0, description="first wait before an open circuit lets a probe through"
+    )
+    circuit_cooldown_cap_s: float = Field(
+        30.0, gt=0, description="longest wait between probes (doubles per failed probe)"
+    )
+    consumer_nonce_wait_s: float = Field(
+        600.0,
+        gt=0,
+        description="a gasless request waits at most this long (from its first turn check) "
+        "for its signer's previous nonce to execute, then fails with the reason",
+    )
+    consumer_nonce_poll_s: float = Field(
+        2.0, gt=0, description="how often a waiting gasless request checks whose turn it is"
+    )
     forwarder_gas_overhead: int = Field(
         60_000, ge=0, description="gas added to a gasless request's gas for the forwarder"
     )
@@ -61,8 +102,7 @@ class ConsumerSettings(InfraSettings):
         60.0,
         gt=0,
         description="budget for one message; past it the attempt is abandoned (keep it above "
-        "submit budget + executor timeout + executor handler timeout: a last attempt may wait "
-        "that long for an earlier one to settle)",
+        "the executor timeout, with room for an in-doubt lookup)",
     )
     consumer_backoff_base_s: float = Field(2.0, gt=0, description="first retry delay")
     consumer_backoff_cap_s: float = Field(300.0, gt=0, description="longest retry delay")
@@ -74,6 +114,9 @@ class ConsumerSettings(InfraSettings):
     )
     consumer_stale_claim_s: float = Field(
         900.0, gt=0, description="a processing claim untouched this long is returned to pending"
+    )
+    consumer_reconcile_interval_s: float = Field(
+        60.0, gt=0, description="how often stranded rows are reconciled (`relay reconcile`)"
     )
     consumer_health_port: int = Field(
         0, ge=0, le=65535, description="serve GET /health on 127.0.0.1:PORT (0 = off)"
@@ -93,6 +136,9 @@ class ConsumerSettings(InfraSettings):
     notify_interval_s: float = Field(0.5, gt=0, description="how often due notifications are sent")
     notify_timeout_s: float = Field(5.0, gt=0, description="timeout of one delivery")
     notify_concurrency: int = Field(16, ge=1, le=256, description="deliveries in flight")
+    notify_per_client: int = Field(
+        4, ge=1, le=64, description="deliveries in flight per client (a slow one waits alone)"
+    )
     notify_max_age_s: float = Field(
         3600.0, gt=0, description="a notification undelivered this long is abandoned"
     )

@@ -1,10 +1,13 @@
 """The SQS side: pollers, a cap on work in flight, per-message timeouts, visibility
-heartbeats, batched deletes, the reaper, and a graceful drain on SIGTERM."""
+heartbeats, batched deletes, the housekeeping loops (reaper, reconciler, tracker, notifier), and
+a graceful drain on SIGTERM. The pollers ask the executor circuit before they receive
+(``circuit.py``): while it is open, messages wait in SQS."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from collections import Counter
@@ -13,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy.exc
+
+from queue_consumer.circuit import CircuitBreaker
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
@@ -20,6 +26,7 @@ from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
 from relay_core.db.models import Transaction
 from relay_core.queue import PoisonMessage, TransactionMessage
+from relay_core.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
 
@@ -138,8 +145,10 @@ class Consumer:
         self._visibility = settings.queue_visibility_timeout_s
         self._heartbeat_interval = max(self._visibility / 2, 1)
         self.last_poll = time.monotonic()
+        self.breaker: CircuitBreaker = processor.guard.breaker
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
+        self.reconciler: Reconciler | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -165,8 +174,16 @@ class Consumer:
         if self.notifier is not None:
             housekeeping.append(
                 asyncio.create_task(
-                    self._every(self.settings.notify_interval_s, self.notifier.run_once, "notify"),
-                    name="notifier",
+                    self.notifier.run(self.settings.notify_interval_s), name="notifier"
+                )
+            )
+        if self.reconciler is not None:
+            housekeeping.append(
+                asyncio.create_task(
+                    self._every(
+                        self.settings.consumer_reconcile_interval_s, self._reconcile, "reconcile"
+                    ),
+                    name="reconciler",
                 )
             )
         await self.stopping.wait()
@@ -177,7 +194,11 @@ class Consumer:
         abandoned = await self._drain(self.settings.consumer_grace_s)
         await self.processor.writes.stop()
         await self.deleter.stop()
-        summary = self.stats.summary() | {"abandoned": abandoned}
+        summary = self.stats.summary() | {
+            "abandoned": abandoned,
+            "circuitOpened": self.breaker.opened,
+            "notified": self.notifier.delivered if self.notifier else 0,
+        }
         log.info("consumer.stopped", extra=summary)
         return summary
 
@@ -194,7 +215,10 @@ class Consumer:
 
     async def _poll(self, index: int) -> None:
         while not self.stopping.is_set():
-            room = await self.capacity.reserve(10)
+            # While the executor circuit is open nothing is received (messages keep their
+            # receive counts); half-open, one message at a time carries the probe.
+            want, ticket = await self.breaker.receivable(10)
+            room = await self.capacity.reserve(want)
             try:
                 response = await self.sqs.receive_message(
                     QueueUrl=self.queue_url,
@@ -205,9 +229,11 @@ class Consumer:
                 )
             except asyncio.CancelledError:
                 await self.capacity.release(room)
+                self.breaker.return_ticket(ticket)
                 raise
             except Exception as exc:
                 await self.capacity.release(room)
+                self.breaker.return_ticket(ticket)
                 log.warning("consumer.receive_failed", extra={"poller": index, "error": str(exc)})
                 await asyncio.sleep(1.0)
                 continue
@@ -216,6 +242,7 @@ class Consumer:
             if len(messages) < room:
                 await self.capacity.release(room - len(messages))
             if not messages:
+                self.breaker.return_ticket(ticket)
                 continue
             parsed = [_parse(message) for message in messages]
             try:
@@ -240,6 +267,11 @@ class Consumer:
                 task = asyncio.create_task(self._handle(message, body, snapshot))
                 self._work.add(task)
                 task.add_done_callback(self._work.discard)
+                if ticket is not None:  # one message: it carried the half-open probe
+                    task.add_done_callback(functools.partial(self._return_ticket, ticket))
+
+    def _return_ticket(self, ticket: int, _: asyncio.Task[None]) -> None:
+        self.breaker.return_ticket(ticket)
 
     # --- one message ------------------------------------------------------------------------
 
@@ -271,10 +303,8 @@ class Consumer:
                         asyncio.create_task(self._keep_invisible(message, tx_message, done))
                     ),
                 )
-                outcome = await self._attempt(
-                    body, str(message.get("MessageId")), receive_count, snapshot
-                )
-            await self._apply(message, parsed_id(context), outcome, receive_count, context, started)
+                outcome = await self._attempt(body, str(message.get("MessageId")), snapshot)
+            await self._apply(message, outcome, receive_count, context, started)
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
             self.stats.counts["abandoned"] += 1
@@ -294,17 +324,12 @@ class Consumer:
             await self.capacity.release()
 
     async def _attempt(
-        self,
-        parsed: TransactionMessage,
-        message_id: str,
-        receive_count: int,
-        snapshot: Transaction | None,
+        self, parsed: TransactionMessage, message_id: str, snapshot: Transaction | None
     ) -> Outcome:
-        last = receive_count >= self.policy.max_receive_count
         try:
             async with asyncio.timeout(self.settings.consumer_message_timeout_s):
                 return await self.processor.process(
-                    parsed.transaction_id, message_id, last_receive=last, snapshot=snapshot
+                    parsed.transaction_id, message_id, snapshot=snapshot
                 )
         except Exception as exc:  # timed out, database unavailable and the like
             # Best effort: let the next delivery proceed at once rather than wait for the
@@ -313,14 +338,17 @@ class Consumer:
                 await self.processor.release_claim(parsed.transaction_id, message_id)
             if isinstance(exc, TimeoutError):
                 return Outcome(Failure.transient, "message timed out", action="timeout")
-            return Outcome(
-                Failure.transient, f"{type(exc).__name__}: {str(exc)[:200]}", action="error"
+            reason = f"{type(exc).__name__}: {str(exc)[:200]}"
+            if isinstance(exc, sqlalchemy.exc.SQLAlchemyError | OSError):
+                return Outcome(Failure.transient, reason, action="database_error")
+            log.exception(
+                "consumer.message.unexpected", extra={"transactionId": parsed.transaction_id}
             )
+            return Outcome(Failure.error, reason, action="error")
 
     async def _apply(
         self,
         message: dict[str, Any],
-        transaction_id: str | None,
         outcome: Outcome,
         receive_count: int,
         context: dict[str, Any],
@@ -336,10 +364,8 @@ class Consumer:
             await self._set_visibility(handle, plan.delay_s)
         elif plan.action is Action.dead_letter:
             await self._dead_letter(message, outcome, receive_count)
-        else:  # give_up: the row records why; SQS's redrive moves the message on next receive
-            if transaction_id is not None:
-                await self.processor.fail_after_last_receive(transaction_id, outcome.reason)
-            await self._set_visibility(handle, 0)
+        else:
+            await self._requeue(message, plan.delay_s)
         self.stats.counts[plan.action.value] += 1
         self.stats.counts[outcome.action] += 1
         level = logging.INFO if outcome.failure is None else logging.WARNING
@@ -391,6 +417,23 @@ class Consumer:
         )
         self.deleter.add(message["ReceiptHandle"])
 
+    async def _requeue(self, message: dict[str, Any], delay_s: int) -> None:
+        """The last allowed receive of a message that still has work: a fresh copy carries
+        it on (delayed like a back-off), so SQS's redrive never takes a live transaction."""
+        try:
+            await self.sqs.send_message(
+                QueueUrl=self.queue_url,
+                MessageBody=message.get("Body") or "",
+                MessageAttributes=dict(message.get("MessageAttributes") or {}),
+                DelaySeconds=delay_s,
+            )
+        except Exception as exc:
+            # Then the redrive takes it; the reconciler finds its row (docs/runbook.md).
+            log.error("consumer.requeue_failed", extra={"error": str(exc)})
+            await self._set_visibility(message["ReceiptHandle"], delay_s)
+            return
+        self.deleter.add(message["ReceiptHandle"])
+
     async def _keep_invisible(
         self, message: dict[str, Any], parsed: TransactionMessage, done: asyncio.Event
     ) -> None:
@@ -417,6 +460,17 @@ class Consumer:
             except Exception as exc:
                 log.warning("consumer.reaper.failed", extra={"error": str(exc)})
 
+    async def _reconcile(self) -> int:
+        """One reconciler pass, unless the executor circuit is open: then messages wait in
+        SQS on purpose and their rows only look stranded."""
+        if self.reconciler is None or not self.breaker.closed:
+            return 0
+        report = await self.reconciler.run_once()
+        self.stats.counts["requeued_by_reconciler"] += report.requeued
+        self.stats.counts["dead_lettered_by_reconciler"] += report.dead_lettered
+        self.stats.counts["lost_upstream"] += report.lost_upstream
+        return 0  # then wait the interval: a pass settles its whole batch
+
     async def _every(self, interval_s: float, job: Callable[[], Awaitable[int]], name: str) -> None:
         while True:
             try:
@@ -441,8 +495,3 @@ def _parse(message: dict[str, Any]) -> TransactionMessage | PoisonMessage:
         return TransactionMessage.parse(message.get("Body", ""))
     except PoisonMessage as exc:
         return exc
-
-
-def parsed_id(context: dict[str, Any]) -> str | None:
-    value = context.get("transactionId")
-    return str(value) if value is not None else None

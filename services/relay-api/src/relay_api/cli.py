@@ -3,8 +3,13 @@
 relay db upgrade                      apply migrations (DATABASE_URL)
 relay keys create --name NAME [--admin]   prints the new key alone on the last line
 relay keys list | relay keys revoke CLIENT_ID
+relay clients show CLIENT                 a client's settings and limits (CLIENT: id or name)
+relay clients policy CLIENT [--rate-per-s R --burst N | --default-rate]
+relay clients rotate-callback-secret CLIENT   a new callback signing secret, printed once
 relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL / AWS
 relay sweep --once                    enqueue committed rows that never reached SQS
+relay reconcile --once                settle rows whose message is gone or whose executor
+                                      record is lost (the consumers run it every minute)
 relay serve                           run the API (uvicorn, one worker)
 relay dev                             the whole system locally (what `make run` runs)
 """
@@ -16,6 +21,7 @@ import asyncio
 import signal
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from relay_api.settings import ApiSettings
 from relay_core.logs import configure_logging
@@ -48,7 +54,9 @@ async def _keys_create(settings: ApiSettings, name: str, admin: bool) -> None:
             client, key = await create_client(session, name, admin=admin)
     finally:
         await engine.dispose()
-    _out(f"client {client.id} ({client.role}) created; store this key now, it is not shown again:")
+    _out(f"client {client.id} ({client.role}) created")
+    _out(f"callback signing secret (Standard Webhooks; shown once): {client.callback_secret}")
+    _out("store this key now, it is not shown again:")
     _out(key)
 
 
@@ -82,6 +90,54 @@ async def _keys_revoke(settings: ApiSettings, client_id: str) -> int:
     return 0 if revoked else 1
 
 
+async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_api.clients import repository
+    from relay_core.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(settings)
+    try:
+        async with create_sessionmaker(engine)() as session, session.begin():
+            found = await repository.by_id_or_name(session, args.client)
+            if len(found) != 1:
+                what = "no client" if not found else f"{len(found)} clients"
+                _err(f"{what} named or numbered {args.client!r}; use the id (relay keys list)")
+                return 1
+            client = found[0]
+            if args.action == "rotate-callback-secret":
+                from relay_core import apikeys
+
+                client.callback_secret = apikeys.generate_callback_secret()
+                _out(f"new callback signing secret of {client.name} (shown once):")
+                _out(client.callback_secret)
+                return 0
+            if args.action == "policy":
+                if args.default_rate:
+                    client.rate_limit_per_s = client.rate_limit_burst = None
+                elif args.rate_per_s is not None or args.burst is not None:
+                    if args.rate_per_s is None or args.burst is None:
+                        _err("--rate-per-s and --burst go together")
+                        return 2
+                    client.rate_limit_per_s, client.rate_limit_burst = args.rate_per_s, args.burst
+            _show_client(client, settings)
+    finally:
+        await engine.dispose()
+    return 0
+
+
+def _show_client(client: Any, settings: ApiSettings) -> None:
+    own = client.rate_limit_per_s is not None
+    rate = client.rate_limit_per_s if own else settings.rate_limit_per_s
+    burst = client.rate_limit_burst if own else settings.rate_limit_burst
+    _out(f"client      {client.id}  {client.name}  ({client.role})")
+    _out(f"key         {client.key_prefix}…  {'revoked' if client.revoked_at else 'active'}")
+    _out(f"rate limit  {rate:g}/s, burst {burst}  ({'its own' if own else 'the default'})")
+    _out(f"callback    {client.callback_url or '-'}")
+
+
+def _err(line: str) -> None:
+    sys.stderr.write(line + "\n")
+
+
 async def _queues_create(settings: ApiSettings) -> None:
     from relay_core import queue
 
@@ -107,6 +163,65 @@ async def _sweep_once(settings: ApiSettings) -> None:
     _out(f"enqueued {count} transaction(s)")
 
 
+async def _reconcile_once(settings: ApiSettings) -> None:
+    from relay_core import cache as cache_mod
+    from relay_core import evm, queue
+    from relay_core.db.engine import create_engine, create_sessionmaker
+    from relay_core.executor import ExecutorClient
+    from relay_core.reconcile import Reconciler
+
+    engine = create_engine(settings)
+    redis = cache_mod.connect(settings.redis_url, 1.0) if settings.redis_url else None
+    rpc = evm.EvmRpc(settings.chain_rpc_url) if settings.chain_rpc_url else None
+    executor = ExecutorClient(
+        settings.executor_url,
+        settings.executor_api_key.get_secret_value(),
+        settings.executor_relayer_id,
+        timeout_s=settings.executor_timeout_s,
+    )
+    try:
+        async with queue.session().client(
+            "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+        ) as sqs:
+            queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
+            dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
+            status_cache = (
+                cache_mod.StatusCache(
+                    redis,
+                    settings.redis_prefix,
+                    terminal_ttl_s=settings.status_cache_terminal_ttl_s,
+                    active_ttl_s=settings.status_cache_active_ttl_s,
+                )
+                if redis is not None
+                else None
+            )
+            reconciler = Reconciler(
+                create_sessionmaker(engine),
+                sqs,
+                queue_url,
+                dlq_url,
+                settings,
+                status_cache,
+                executor=executor,
+                rpc=rpc,
+            )
+            report = await reconciler.run_once()
+    finally:
+        if redis is not None:
+            await redis.aclose()
+        if rpc is not None:
+            await rpc.aclose()
+        await executor.aclose()
+        await engine.dispose()
+    _out(
+        f"examined {report.examined} row(s): {report.requeued} enqueued again, "
+        f"{report.dead_lettered} failed as dead-lettered, "
+        f"{report.lost_upstream} settled as lost by the executor"
+    )
+    for note in report.notes:
+        _out(f"note: {note}")
+
+
 def serve(settings: ApiSettings) -> None:
     import uvicorn
 
@@ -128,6 +243,20 @@ def serve(settings: ApiSettings) -> None:
     )
 
 
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError("must be above 0")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError("must be at least 1")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relay", description="Operate a Relay deployment.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -145,6 +274,24 @@ def build_parser() -> argparse.ArgumentParser:
     revoke = keys.add_parser("revoke", help="revoke a client's key")
     revoke.add_argument("client_id")
 
+    clients = sub.add_parser("clients", help="a client's limits and settings").add_subparsers(
+        dest="action", required=True
+    )
+    show = clients.add_parser("show", help="a client's settings and limits")
+    show.add_argument("client", help="client id, or name when it is unique")
+    policy = clients.add_parser("policy", help="set a client's limits (then shows them)")
+    policy.add_argument("client", help="client id, or name when it is unique")
+    policy.add_argument("--rate-per-s", type=_positive_float, help="requests per second")
+    policy.add_argument("--burst", type=_positive_int, help="requests at once")
+    policy.add_argument(
+        "--default-rate", action="store_true", help="back to the deployment's default"
+    )
+
+    rotate = clients.add_parser(
+        "rotate-callback-secret", help="a new secret for the client's callbacks (printed once)"
+    )
+    rotate.add_argument("client", help="client id, or name when it is unique")
+
     queues = sub.add_parser("queues", help="SQS queues").add_subparsers(
         dest="action", required=True
     )
@@ -152,6 +299,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     sweep = sub.add_parser("sweep", help="send committed rows that never reached SQS")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
+
+    reconcile = sub.add_parser(
+        "reconcile", help="settle rows no other loop would look at again (docs/runbook.md)"
+    )
+    reconcile.add_argument("--once", action="store_true", required=True, help="one pass")
 
     sub.add_parser("serve", help="run the API server")
     sub.add_parser("dev", help="run the whole system locally (make run)")
@@ -180,11 +332,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             return asyncio.run(_keys_revoke(settings, args.client_id))
         return 0
+    if args.command == "clients":
+        return asyncio.run(_clients(settings, args))
     if args.command == "queues":
         asyncio.run(_queues_create(settings))
         return 0
     if args.command == "sweep":
         asyncio.run(_sweep_once(settings))
+        return 0
+    if args.command == "reconcile":
+        asyncio.run(_reconcile_once(settings))
         return 0
     return 2
 

@@ -10,8 +10,9 @@ from fastapi import Depends, Header, Request
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import Caller
+from relay_api.limits.service import Limit
 from relay_api.runtime import Runtime
-from relay_core.errors import UnsupportedMediaType
+from relay_core.errors import Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
 
 
@@ -87,9 +88,35 @@ UowDep = Annotated[UnitOfWork, Depends(get_uow, scope="function")]
 
 
 async def get_caller(
-    runtime: RuntimeDep, x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None
+    request: Request,
+    runtime: RuntimeDep,
+    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
 ) -> Caller:
-    return await runtime.authenticator.authenticate(x_api_key)
+    """The calling client, within its rate limit (429 past it, before any work is done).
+    Requests without a valid key are limited per source address, so guessing keys is slow."""
+    try:
+        caller = await runtime.authenticator.authenticate(x_api_key)
+    except Unauthorized:
+        settings = runtime.settings
+        decision = await runtime.limiter.take(
+            f"ip:{client_address(request, settings.trust_forwarded_for)}",
+            Limit(settings.unauthenticated_rate_per_s, settings.unauthenticated_burst),
+        )
+        decision.enforce("requests without a valid API key from this address")
+        raise
+    limit = caller.limit or runtime.default_limit
+    (await runtime.limiter.take(caller.id, limit)).enforce(f"client {caller.name}")
+    return caller
+
+
+def client_address(request: Request, trust_forwarded_for: bool) -> str:
+    """The caller's address: the last X-Forwarded-For entry when a trusted load balancer
+    appends it (earlier entries are the client's own say), else the peer."""
+    if trust_forwarded_for:
+        forwarded = request.headers.get("x-forwarded-for")
+        if forwarded:
+            return forwarded.rsplit(",", 1)[-1].strip()
+    return request.client.host if request.client else "unknown"
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]

@@ -1,11 +1,13 @@
 """``make run``: the whole system on one machine with embedded defaults.
 
 One process tree: a local SQS server on a free loopback port (queue, DLQ and redrive created),
-SQLite under ``.relay/`` (kept between runs), Redis only when ``REDIS_URL`` is set, the
-relayer-stub (executor) on a free port, one queue-consumer, and the API on 127.0.0.1:$PORT
-(default 8000). Ctrl-C stops the children in order (API first, consumer draining its in-flight
-work, then the executor and SQS) and waits for them. Every setting can be overridden from the
-environment.
+SQLite under ``.relay/`` (kept between runs), Redis only when ``REDIS_URL`` is set, a local
+EVM chain (anvil, its state kept in ``.relay/anvil-state.json``) with OpenZeppelin's
+ERC2771Forwarder and Relay's recipient deployed on it, the relayer-stub (executor) signing and
+broadcasting on that chain, one queue-consumer, and the API on 127.0.0.1:$PORT (default 8000).
+Ctrl-C stops the children in order (API first, consumer draining its in-flight work, then the
+executor, the chain and SQS) and waits for them. Every setting can be overridden from the
+environment; ``RELAY_DEV_CHAIN=off`` runs the executor's in-memory lifecycle instead.
 
 The processes are started as commands, not imported: services never import each other.
 """
@@ -13,6 +15,7 @@ The processes are started as commands, not imported: services never import each 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -21,12 +24,12 @@ import threading
 import time
 import urllib.request
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from relay_core import apikeys, localsqs
+from relay_core import apikeys, localchain, localsqs
 
 # Longest a child may take to stop after SIGTERM. The consumer gets its drain grace on top.
 GRACE_S = 30.0
@@ -49,6 +52,18 @@ class DevSettings(BaseSettings):
     # Read by relay_core.localsqs; declared here so that it is documented with the rest.
     ministack_bin: str | None = Field(
         None, description="ministack executable (default .tools/sqs/bin/ministack, then PATH)"
+    )
+    dev_chain: Literal["anvil", "off"] = Field(
+        "anvil",
+        description="anvil: a local chain with the contracts, the executor signs and sends on "
+        "it; off: the executor's in-memory lifecycle (fake hashes). Ignored when "
+        "RELAY_EXECUTOR_URL is set",
+    )
+    dev_chain_block_time_s: float = Field(
+        1.0, ge=0, description="anvil mines a block this often (0: one per transaction)"
+    )
+    dev_chain_confirmations: int = Field(
+        2, ge=1, description="blocks until the executor reports `confirmed`"
     )
 
 
@@ -83,15 +98,31 @@ def _dev_key(state_dir: Path) -> str:
     return key
 
 
-def _stop(process: subprocess.Popen[bytes], timeout_s: float) -> None:
-    if process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+def _start_chain(dev: DevSettings, state_dir: Path) -> tuple[localchain.LocalChain, dict[str, str]]:
+    """anvil with its state in the state directory, and the contracts on it (deployed once:
+    a later run finds them in the saved state)."""
+    chain = localchain.start(
+        block_time_s=dev.dev_chain_block_time_s,
+        log_path=state_dir / "anvil.log",
+        state_path=state_dir / "anvil-state.json",
+    )
+    record = state_dir / "chain.json"
+    known = json.loads(record.read_text()) if record.exists() else None
+    if known is None or not asyncio.run(localchain.deployed(chain.rpc_url, known["forwarder"])):
+        deployment = asyncio.run(localchain.deploy(chain.rpc_url))
+        sender = localchain.dev_account(localchain.SENDER_ACCOUNT)
+        known = {
+            "rpcUrl": chain.rpc_url,
+            "chainId": deployment.chain_id,
+            "forwarder": deployment.forwarder,
+            "forwarderName": deployment.forwarder_name,
+            "recipient": deployment.recipient,
+            "relayer": localchain.dev_account(localchain.RELAYER_ACCOUNT).address,
+            "funded": {"address": sender.address, "privateKey": sender.key.hex()},
+        }
+    known["rpcUrl"] = chain.rpc_url  # a new port each run
+    record.write_text(json.dumps(known, indent=2) + "\n")
+    return chain, known
 
 
 def run() -> int:
@@ -104,6 +135,9 @@ def run() -> int:
     os.environ.setdefault("RELAY_ENV", "dev")
     os.environ.setdefault("DATABASE_URL", f"sqlite:///{state_dir / 'relay.db'}")
     os.environ.setdefault("PORT", "8000")
+    # A developer's callback receiver runs on this machine: let callbacks reach loopback
+    # (never anything else inside).
+    os.environ.setdefault("RELAY_CALLBACK_ALLOW_LOOPBACK", "true")
     # The consumer drains for this long on Ctrl-C; it is waited for that long plus GRACE_S,
     # so a draining consumer is never killed mid-message.
     consumer_grace_s = float(
@@ -115,6 +149,8 @@ def run() -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
 
     sqs: localsqs.LocalSqs | None = None
+    chain: localchain.LocalChain | None = None
+    deployed: dict[str, Any] | None = None
     consumer: subprocess.Popen[bytes] | None = None
     children: list[subprocess.Popen[bytes]] = []
     try:
@@ -122,6 +158,14 @@ def run() -> int:
             sqs = localsqs.start(dev.local_sqs, log_path=state_dir / "sqs.log")
             os.environ["AWS_ENDPOINT_URL"] = sqs.endpoint
         os.environ["RELAY_DEV_API_KEY"] = _dev_key(state_dir)
+        if dev.dev_chain == "anvil" and not os.environ.get("RELAY_EXECUTOR_URL"):
+            chain, deployed = _start_chain(dev, state_dir)
+            os.environ.setdefault("RELAY_CHAIN_RPC_URL", chain.rpc_url)
+            os.environ.setdefault("RELAY_CHAIN_ID", str(deployed["chainId"]))
+            os.environ.setdefault("RELAY_FORWARDER_ADDRESS", deployed["forwarder"])
+            os.environ.setdefault("RELAY_FORWARDER_NAME", deployed["forwarderName"])
+            os.environ.setdefault("STUB_CHAIN_RPC_URL", chain.rpc_url)
+            os.environ.setdefault("STUB_CHAIN_CONFIRMATIONS", str(dev.dev_chain_confirmations))
         settings = ApiSettings()
         migrate(settings.database_url)
         from relay_api.cli import _queues_create
@@ -131,7 +175,10 @@ def run() -> int:
         executor_url = os.environ.get("RELAY_EXECUTOR_URL")
         if not executor_url:
             stub_port = localsqs.free_port()
-            os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / "relayer-stub.sqlite3"))
+            # The executor's ledger follows the chain it sent to (a fake-hash run must not
+            # resume on a real chain, nor the other way round).
+            ledger = "relayer-stub-chain.sqlite3" if chain else "relayer-stub.sqlite3"
+            os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / ledger))
             stub = subprocess.Popen(
                 [sys.executable, "-m", "relayer_stub.main"],
                 env={**os.environ, "STUB_PORT": str(stub_port)},
@@ -161,6 +208,14 @@ def run() -> int:
         _say(f"  API        {base}   docs {base}/docs")
         _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({sqs.kind if sqs else 'external'})")
         _say(f"  executor   {executor_url}  (relayer-stub unless RELAY_EXECUTOR_URL is set)")
+        if deployed is not None:
+            _say(f"  chain      {deployed['rpcUrl']}  chain id {deployed['chainId']}  (anvil)")
+            _say(f"  forwarder  {deployed['forwarder']}  (ERC2771Forwarder)")
+            _say(f"  recipient  {deployed['recipient']}  (RelayRecipient: record(uint256))")
+            _say(
+                f"  funded     {deployed['funded']['address']}  "
+                f"key {deployed['funded']['privateKey']}  (a dev account: public key, 10,000 ETH)"
+            )
         _say(f"  database   {settings.database_url}")
         _say(f"  redis      {settings.redis_url or 'off (set REDIS_URL to enable the cache tier)'}")
         _say(f"  dev key    {key}")
@@ -172,6 +227,8 @@ def run() -> int:
             '-d \'{"to":"0x000000000000000000000000000000000000dEaD","value":"1"}\''
         )
         _say(f"  curl -s {base}/api/v1/relay/status/<transactionId> -H 'X-API-Key: {key}'")
+        if deployed is not None:
+            _say("  uv run python examples/gasless.py     # sign a ForwardRequest, relay it, wait")
         _say("")
         while not stop.is_set():
             for child in children:
@@ -186,7 +243,9 @@ def run() -> int:
     finally:
         _say("stopping...")
         for child in reversed(children):
-            _stop(child, GRACE_S + (consumer_grace_s if child is consumer else 0.0))
+            localsqs.stop_process(child, GRACE_S + (consumer_grace_s if child is consumer else 0.0))
+        if chain is not None:
+            chain.stop()  # anvil writes its state on the way out
         if sqs is not None:
             sqs.stop()
         _say("stopped")

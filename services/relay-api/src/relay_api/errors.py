@@ -49,7 +49,9 @@ async def _on_validation(_: Request, exc: RequestValidationError) -> Json:
 
 
 async def _on_relay_error(_: Request, exc: RelayError) -> Json:
-    return error_response(exc.status_code, exc.code, exc.detail)
+    response = error_response(exc.status_code, exc.code, exc.detail)
+    response.headers.update(exc.headers)
+    return response
 
 
 async def _on_http(_: Request, exc: StarletteHTTPException) -> Json:

@@ -12,12 +12,14 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import Authenticator, ensure_client_with_key
+from relay_api.limits.service import Limit, RateLimiter
 from relay_api.outbox.publisher import Publisher
 from relay_api.outbox.queue import WorkQueue
 from relay_api.outbox.service import run_sweeper
 from relay_api.relay.refresh import Refresher
 from relay_api.settings import ApiSettings
 from relay_core import cache as cache_mod
+from relay_core import evm
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
@@ -36,7 +38,11 @@ class Runtime:
     cache: cache_mod.StatusCache | None
     executor: ExecutorClient
     refresher: Refresher
+    limiter: RateLimiter
+    default_limit: Limit  # every client's, unless `relay clients policy` set its own
     redis: Any = None
+
+    rpc: evm.EvmRpc | None = None  # the chain, when RELAY_CHAIN_RPC_URL is set
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -81,17 +87,26 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             timeout_s=settings.status_upstream_timeout_s,
         )
         publisher = Publisher(work_queue, sessions)
+        rpc = None
+        if settings.chain_rpc_url:
+            rpc = evm.EvmRpc(settings.chain_rpc_url, timeout_s=2.0)
+            stack.push_async_callback(rpc.aclose)
         runtime = Runtime(
             settings=settings,
             engine=engine,
             sessions=sessions,
             queue=work_queue,
             publisher=publisher,
-            authenticator=Authenticator(sessions, settings.auth_cache_ttl_s),
+            authenticator=Authenticator(
+                sessions, settings.auth_cache_ttl_s, unknown_ttl_s=settings.unknown_key_cache_s
+            ),
+            limiter=RateLimiter(redis, settings.redis_prefix),
+            default_limit=Limit(settings.rate_limit_per_s, settings.rate_limit_burst),
             cache=status_cache,
             executor=executor,
             refresher=refresher,
             redis=redis,
+            rpc=rpc,
         )
         if settings.dev_api_key is not None:
             async with sessions() as session, session.begin():

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 
 from relay_core.ethereum import ForwarderDomain, check_address
-from relay_core.settings import InfraSettings, env
+from relay_core.settings import PLACEHOLDER_SECRETS, InfraSettings, env
+
+MIN_SECRET_CHARS = 32  # what OZ Relayer demands of its own signing keys
 
 
 class ApiSettings(InfraSettings):
@@ -22,14 +24,41 @@ class ApiSettings(InfraSettings):
         7 * 24 * 3600, ge=60, description="validUntil/deadline may be at most this far ahead"
     )
 
+    forwarder_address: str | None = Field(
+        None,
+        description="ERC2771Forwarder contract (EIP-712 verifyingContract); with "
+        "RELAY_CHAIN_ID it enables gasless relaying; neither set: gasless is off",
+    )
+    chain_id: int | None = Field(
+        None, ge=1, description="EIP-712 domain chainId of the forwarder's chain"
+    )
     forwarder_name: str = Field("ERC2771Forwarder", description="EIP-712 domain name")
     forwarder_version: str = Field("1", description="EIP-712 domain version")
-    chain_id: int = Field(31337, ge=1, description="EIP-712 domain chainId")
-    forwarder_address: str = Field(
-        "0x5FbDB2315678afecb367f032d93F642f64180aa3",
-        description="ERC2771Forwarder contract (EIP-712 verifyingContract)",
-    )
 
+    rate_limit_per_s: float = Field(
+        50.0,
+        gt=0,
+        le=100,
+        description="requests per second a client may make, sustained (token bucket; "
+        "`relay clients policy` sets one client's own)",
+    )
+    rate_limit_burst: int = Field(
+        100, ge=1, le=200, description="requests a client may make at once (bucket size)"
+    )
+    unauthenticated_rate_per_s: float = Field(
+        5.0, gt=0, description="requests per second per source address without a valid key"
+    )
+    unauthenticated_burst: int = Field(
+        20, ge=1, description="requests at once per source address without a valid key"
+    )
+    unknown_key_cache_s: float = Field(
+        30.0, ge=0, description="an unknown API key is answered 401 from memory this long"
+    )
+    trust_forwarded_for: bool = Field(
+        False,
+        description="take the client address from the last X-Forwarded-For entry (set it "
+        "behind a load balancer that appends it, as the ALB does)",
+    )
     auth_cache_ttl_s: float = Field(
         5.0,
         ge=0,
@@ -68,15 +97,45 @@ class ApiSettings(InfraSettings):
         None, validation_alias="RELAY_DEV_API_KEY", description="seed a client with this key (dev)"
     )
 
+    @field_validator("forwarder_address", "chain_id", mode="before")
+    @classmethod
+    def _blank_is_unset(cls, value: object) -> object:
+        """``RELAY_CHAIN_ID=`` (compose's empty default) means not set."""
+        return None if isinstance(value, str) and not value.strip() else value
+
     @model_validator(mode="after")
     def _consistent(self) -> ApiSettings:
-        self.forwarder_address = check_address(self.forwarder_address)
+        if (self.forwarder_address is None) != (self.chain_id is None):
+            raise ValueError(
+                "gasless needs both RELAY_FORWARDER_ADDRESS and RELAY_CHAIN_ID (the EIP-712 "
+                "domain clients sign for); set both to enable it, neither to turn it off"
+            )
+        if self.forwarder_address is not None:
+            self.forwarder_address = check_address(self.forwarder_address)
         if self.dev_api_key is not None and not self.is_dev:
             raise ValueError("RELAY_DEV_API_KEY is for development only (set RELAY_ENV=dev)")
         return self
 
+    def check_production_secrets(self) -> None:
+        super().check_production_secrets()
+        if self.is_dev or self.webhook_signing_key is None:
+            return  # without a key every executor webhook is refused (the tracker works)
+        key = self.webhook_signing_key.get_secret_value()
+        if (
+            len(key) < MIN_SECRET_CHARS
+            or key.lower() in PLACEHOLDER_SECRETS
+            or "change" in key.lower()
+        ):
+            raise SystemExit(
+                f"RELAY_WEBHOOK_SIGNING_KEY is weak or a placeholder: use at least "
+                f"{MIN_SECRET_CHARS} random characters in production"
+            )
+
     @property
-    def forwarder_domain(self) -> ForwarderDomain:
+    def forwarder_domain(self) -> ForwarderDomain | None:
+        """The EIP-712 domain gasless requests are signed for; None when gasless is off."""
+        if self.forwarder_address is None or self.chain_id is None:
+            return None
         return ForwarderDomain(
             name=self.forwarder_name,
             version=self.forwarder_version,

@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
 from relayer_stub.faults.service import FaultInjector
 from relayer_stub.ledger.repository import Ledger
@@ -59,16 +60,34 @@ async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
         concurrency=settings.webhook_concurrency,
         queue_max=settings.webhook_queue_max,
     )
-    lifecycle = Lifecycle(
-        settings.lifecycle,
-        store=store,
-        ledger=ledger,
-        webhooks=webhooks,
-        base_gas_price_wei=settings.base_gas_price_wei,
-        retention_s=settings.retention_s,
-        maintenance_interval_s=settings.maintenance_interval_s,
-        persist_interval_s=settings.persist_interval_s,
-    )
+    common: dict[str, Any] = {
+        "store": store,
+        "ledger": ledger,
+        "webhooks": webhooks,
+        "base_gas_price_wei": settings.base_gas_price_wei,
+        "retention_s": settings.retention_s,
+        "maintenance_interval_s": settings.maintenance_interval_s,
+        "persist_interval_s": settings.persist_interval_s,
+    }
+    rpc = None
+    lifecycle: Lifecycle
+    if settings.chain_rpc_url is not None:
+        from relay_core.evm import EvmRpc
+        from relayer_stub.chain.service import ChainLifecycle
+
+        rpc = EvmRpc(settings.chain_rpc_url)
+        lifecycle = ChainLifecycle(
+            settings.lifecycle,
+            rpc=rpc,
+            signers={settings.relayer_ids[0]: settings.chain_signer()},
+            faults=faults,
+            confirmations=settings.chain_confirmations,
+            poll_interval_s=settings.chain_poll_interval_s,
+            priority_fee_wei=settings.chain_priority_fee_wei,
+            **common,
+        )
+    else:
+        lifecycle = Lifecycle(settings.lifecycle, **common)
     runtime = Runtime(
         settings=settings,
         ledger=ledger,
@@ -91,12 +110,15 @@ async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
             "restored": restored,
             "relayers": relayers,
             "webhook": settings.webhook_url is not None,
+            "chain": settings.chain_rpc_url,
         },
     )
     try:
         yield runtime
     finally:
         await lifecycle.stop()
+        if rpc is not None:
+            await rpc.aclose()
         await webhooks.stop()
         await ledger.close()
         log.info("stub.stopped", extra={"live_transactions": len(store)})

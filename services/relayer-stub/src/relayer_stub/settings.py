@@ -6,7 +6,8 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -14,6 +15,9 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from relayer_stub.faults.schemas import FaultConfig
 from relayer_stub.lifecycle.schemas import LifecycleConfig
 from relayer_stub.webhooks.schemas import WebhookConfig, check_signing_key, check_url
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
 
 MIN_API_KEY_CHARS = 32  # upstream panics at start-up below this
 # A well-known key so `uv run relayer-stub` works out of the box; refused on a non-loopback bind.
@@ -81,6 +85,28 @@ class StubSettings(BaseSettings):
         description="JSON, same as PUT /__admin/faults (services/relayer-stub/README.md)",
     )
 
+    chain_rpc_url: str | None = Field(
+        None,
+        description="chain mode: sign, broadcast and follow transactions on this JSON-RPC node "
+        "(unset: the in-memory lifecycle)",
+    )
+    relayer_private_key: SecretStr | None = Field(
+        None,
+        description="chain mode: the first relayer's key (its address replaces "
+        "STUB_RELAYER_ADDRESS); on a loopback node it defaults to the dev chain's account 0",
+    )
+    chain_confirmations: int = Field(
+        1, ge=1, le=100, description="chain mode: blocks (the receipt's included) to `confirmed`"
+    )
+    chain_poll_interval_s: float = Field(
+        0.1, gt=0, description="chain mode: how often the chain head is read"
+    )
+    chain_priority_fee_wei: int = Field(
+        1_000_000_000,
+        ge=0,
+        description="chain mode: the tip added to the latest base fee before the speed's factor",
+    )
+
     webhook_url: str | None = Field(None, description="where status webhooks go; unset = off")
     webhook_signing_key: SecretStr | None = Field(
         None, description="HMAC-SHA256 key for X-Signature (>= 32 chars)"
@@ -121,17 +147,40 @@ class StubSettings(BaseSettings):
         if len(set(self.relayer_ids)) != len(self.relayer_ids):
             raise ValueError("STUB_RELAYER_IDS has duplicates")
         # Format only: an EIP-55 check would need keccak (eth_account), a second of start-up.
-        if not _ADDRESS.match(self.relayer_address):
+        if not _ADDRESS.fullmatch(self.relayer_address):
             raise ValueError("STUB_RELAYER_ADDRESS must be 0x followed by 40 hex digits")
         if self.webhook_backoff_max_s < self.webhook_backoff_min_s:
             raise ValueError("STUB_WEBHOOK_BACKOFF_MAX_S must be >= STUB_WEBHOOK_BACKOFF_MIN_S")
+        if self.chain_rpc_url is not None:
+            if len(self.relayer_ids) != 1:
+                raise ValueError("chain mode drives one relayer: set one STUB_RELAYER_IDS")
+            host = urlsplit(self.chain_rpc_url).hostname or ""
+            if self.relayer_private_key is None and not _is_loopback(host):
+                raise ValueError(
+                    "chain mode on a non-loopback node needs STUB_RELAYER_PRIVATE_KEY "
+                    "(the development key is public)"
+                )
         return self
+
+    def chain_signer(self) -> LocalAccount:
+        """Chain mode: the first relayer's account."""
+        from eth_account import Account
+
+        if self.relayer_private_key is not None:
+            account: LocalAccount = Account.from_key(self.relayer_private_key.get_secret_value())
+            return account
+        from relay_core.localchain import RELAYER_ACCOUNT, dev_account
+
+        return dev_account(RELAYER_ACCOUNT)
 
     @property
     def relayers(self) -> dict[str, str]:
         """relayer id -> its `from` address."""
         first, *others = self.relayer_ids
-        return {first: self.relayer_address} | {rid: derived_address(rid) for rid in others}
+        address = self.relayer_address
+        if self.chain_rpc_url is not None:
+            address = self.chain_signer().address
+        return {first: address} | {rid: derived_address(rid) for rid in others}
 
     @property
     def webhook(self) -> WebhookConfig:

@@ -10,6 +10,7 @@ from sqlalchemy import (
     JSON,
     BigInteger,
     DateTime,
+    Float,
     ForeignKey,
     Index,
     Integer,
@@ -62,6 +63,9 @@ class ApiClient(Base):
     # Status notifications: where to POST them, and the secret that signs them.
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
     callback_secret: Mapped[str | None] = mapped_column(String(128), default=None)
+    # This client's rate limit (a token bucket); None: the deployment's default.
+    rate_limit_per_s: Mapped[float | None] = mapped_column(Float, default=None)
+    rate_limit_burst: Mapped[int | None] = mapped_column(Integer, default=None)
 
 
 class Transaction(Base):
@@ -74,8 +78,11 @@ class Transaction(Base):
         Index(None, "created_at"),
         Index(None, "status", "enqueued_at", "created_at"),
         Index(None, "client_id", "created_at"),
-        Index(None, "executor_tx_id"),
+        # One executor transaction belongs to at most one row: an in-doubt lookup that adopts
+        # a record another row holds fails here, and the loser decides afresh.
+        UniqueConstraint("executor_tx_id"),
         Index(None, "status", "last_synced_at"),
+        Index(None, "upstream_missing_since"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -90,6 +97,9 @@ class Transaction(Base):
     hash: Mapped[str | None] = mapped_column(String(66), default=None)
     executor_tx_id: Mapped[str | None] = mapped_column(String(64), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
+    # When the first attempt claimed the row: transient failures are retried within a time
+    # budget counted from here (not from acceptance, so a queue backlog does not spend it).
+    first_attempt_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     idempotency_key: Mapped[str | None] = mapped_column(String(255), default=None)
     request_fingerprint: Mapped[str] = mapped_column(String(64))
     inflight_key: Mapped[str | None] = mapped_column(String(130), default=None)
@@ -104,6 +114,12 @@ class Transaction(Base):
     confirmed_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     # When the executor's view was last read (webhook, tracker or status refresh).
     last_synced_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # Since when the executor answers 404 for ``executor_tx_id`` (None while it knows it): the
+    # reconciler gives such a row a final status once this is old enough.
+    upstream_missing_since: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # How often the reconciler found this row's message dead-lettered by the redrive policy
+    # and enqueued it again (the second time, the row is failed instead).
+    dead_letters: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
     # Effective callback for status notifications (the request's, else the client's).
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
 

@@ -70,7 +70,14 @@ EVENT_SCHEMA = StructType(
     ]
 )
 # Columns added by later migrations that this module knows the type of.
-_KNOWN_LATER = {"last_synced_at": _T, "callback_url": _S}
+_KNOWN_LATER = {
+    "last_synced_at": _T,
+    "callback_url": _S,
+    # 0003 (outages)
+    "first_attempt_at": _T,
+    "upstream_missing_since": _T,
+    "dead_letters": _I,
+}
 
 
 @dataclass(frozen=True)

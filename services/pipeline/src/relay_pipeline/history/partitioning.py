@@ -34,7 +34,7 @@ def uuid_boundaries(low: str | None, high: str | None, parts: int) -> list[str]:
     if parts < 2 or not low or not high:
         return []
     low, high = low.lower(), high.lower()
-    if not (_UUID.match(low) and _UUID.match(high)) or low >= high:
+    if not (_UUID.fullmatch(low) and _UUID.fullmatch(high)) or low >= high:
         return []
     a, b = _uuid_to_int(low), _uuid_to_int(high)
     cuts = sorted({_int_to_uuid(a + (b - a) * k // parts) for k in range(1, parts)})

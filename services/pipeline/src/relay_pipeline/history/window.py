@@ -16,7 +16,7 @@ def utcnow() -> datetime:
 
 def parse_duration(text: str) -> timedelta:
     """``30d``, ``12h``, ``15m``, ``90s``, ``2w``."""
-    match = _DURATION.match(text)
+    match = _DURATION.fullmatch(text)
     if not match:
         raise ValueError(f"not a duration: {text!r} (use e.g. 30d, 12h, 15m)")
     return timedelta(**{_UNITS[match.group(2)]: float(match.group(1))})

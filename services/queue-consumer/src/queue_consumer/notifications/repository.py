@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any
 
@@ -12,12 +13,20 @@ from sqlalchemy.orm import aliased
 from relay_core.db.models import ApiClient, Notification
 
 
-async def due(session: AsyncSession, now: datetime, limit: int) -> list[tuple[Notification, str]]:
+async def due(
+    session: AsyncSession,
+    now: datetime,
+    limit: int,
+    *,
+    skip_clients: Collection[str] = (),
+    skip_ids: Collection[int] = (),
+) -> list[tuple[Notification, str | None]]:
     """Pending notifications whose time has come and that are first in line for their
     transaction (an earlier one still pending holds the later ones back: order per
-    transaction). Returned with the client's signing secret."""
+    transaction), leaving out clients already at their share and attempts in flight.
+    Returned with the client's signing secret."""
     earlier = aliased(Notification)
-    rows = await session.execute(
+    query = (
         select(Notification, ApiClient.callback_secret)
         .join(ApiClient, ApiClient.id == Notification.client_id)
         .where(
@@ -34,10 +43,15 @@ async def due(session: AsyncSession, now: datetime, limit: int) -> list[tuple[No
         .order_by(Notification.id)
         .limit(limit)
     )
+    if skip_clients:
+        query = query.where(Notification.client_id.not_in(list(skip_clients)))
+    if skip_ids:
+        query = query.where(Notification.id.not_in(list(skip_ids)))
+    rows = await session.execute(query)
     result = []
     for notification, secret in rows:
         session.expunge(notification)
-        result.append((notification, secret or ""))
+        result.append((notification, secret))
     return result
 
 

@@ -1,6 +1,10 @@
 """The tracker: polls the executor for transactions no webhook has updated lately, so every
 transaction reaches its final status even when webhooks are off or lost — and well before
-the executor's retention deletes its record."""
+the executor's retention deletes its record.
+
+A transaction the executor answers 404 for is marked ``upstream_missing_since``; if it stays
+missing for ``reconcile_missing_after_s`` the reconciler gives it a final status. The tracker
+takes executor slots like every call of the process and pauses while the circuit is open."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from queue_consumer.circuit import CircuitOpen, ExecutorGuard
 from queue_consumer.tracking import repository
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
@@ -27,6 +32,7 @@ class Tracker:
         self,
         sessions: async_sessionmaker[AsyncSession],
         executor: ExecutorClient,
+        guard: ExecutorGuard,
         cache: StatusCache | None,
         *,
         stale_after_s: float,
@@ -35,6 +41,7 @@ class Tracker:
     ) -> None:
         self._sessions = sessions
         self._executor = executor
+        self._guard = guard
         self._cache = cache
         self._stale_after = timedelta(seconds=stale_after_s)
         self._batch = batch
@@ -43,6 +50,8 @@ class Tracker:
 
     async def run_once(self) -> int:
         """Refresh one batch of due transactions; returns how many were looked at."""
+        if not self._guard.breaker.closed:
+            return 0
         async with self._sessions() as session:
             ids = await repository.due(session, utcnow() - self._stale_after, self._batch)
         await asyncio.gather(*(self._refresh(tx_id) for tx_id in ids))
@@ -55,7 +64,10 @@ class Tracker:
             if tx is None or tx.executor_tx_id is None:
                 return
             try:
-                upstream = await self._executor.get(tx.executor_tx_id)
+                async with self._guard.slot(counted=False):
+                    upstream = await self._executor.get(tx.executor_tx_id)
+            except CircuitOpen:
+                return
             except ExecutorError as exc:
                 if exc.kind is ErrorKind.not_found:
                     await self._report_missing(tx)
@@ -85,13 +97,24 @@ class Tracker:
                     return
 
     async def _report_missing(self, tx: Transaction) -> None:
-        # Reported, never turned into "failed": the executor may have purged a finished record.
+        # Marked, not failed here: the reconciler gives up once it has been missing long
+        # enough (an executor that lost its store for a moment may find it again).
         self.missing_upstream += 1
+        now = utcnow()
         log.warning(
             "consumer.tracker.upstream_missing",
-            extra={"transactionId": tx.id, "executorTxId": tx.executor_tx_id},
+            extra={
+                "transactionId": tx.id,
+                "executorTxId": tx.executor_tx_id,
+                "missingSince": str(tx.upstream_missing_since or now),
+            },
         )
         async with self._sessions() as session, session.begin():
             current = await session.get(Transaction, tx.id)
             if current is not None:
-                await touch(session, current, last_synced_at=utcnow())
+                await touch(
+                    session,
+                    current,
+                    last_synced_at=now,
+                    upstream_missing_since=current.upstream_missing_since or now,
+                )

@@ -7,37 +7,63 @@ The exactly-once argument, step by step:
 2. The claim also stamps ``submit_started_at`` and is committed *before* the executor call.
    The executor's id is recorded (with status ``submitted``) right after it answers.
 3. A later attempt that finds ``submit_started_at`` set and no executor id is *in doubt*: the
-   earlier call may or may not have reached the executor. It lists the executor's
-   transactions created since that stamp and adopts a match (to, data, value) not already
-   recorded against another row. It resubmits only once the earlier call can no longer be
-   acted upon and the list shows nothing. "Can no longer" is bounded: an attempt never starts
-   its executor call later than ``consumer_submit_budget_s`` after its stamp, the whole call
-   (pool, connect, send, answer) is cut off after ``executor_timeout_s``, and the executor
-   stops acting on a request after ``executor_handler_timeout_s``. Should those bounds ever be
-   broken anyway, the late duplicate is detected when it answers and canceled at the executor.
+   earlier call may or may not have reached the executor. Nothing is decided until that call
+   has *settled*: an attempt never starts its executor call later than
+   ``consumer_submit_budget_s`` after its stamp, the whole call (pool, connect, send, answer)
+   is cut off after ``executor_timeout_s``, and the executor stops acting on a request after
+   ``executor_handler_timeout_s``. Then the executor's list is read back past the stamp
+   (``lookup``: complete, or no decision at all) and the row adopts its transaction, or, if
+   there is none, submits afresh. Should those bounds ever be broken anyway, the late
+   duplicate is detected when it answers and canceled at the executor.
 4. Two holders of the same message (its visibility lapsed while the first was still working)
    do not both proceed: an active claim by the same message makes the second one wait.
+5. One executor transaction belongs to one row (a unique index). A row whose answer was taken
+   by another row's adoption (same to, data and value) decides afresh like an in-doubt one.
+
+Gasless requests in nonce order (DESIGN invariant 7). The forwarder takes a signer's nonces
+strictly in sequence: a request sent before its predecessor executed reverts on chain and
+burns the relayer's gas. SQS delivers in any order, and neither a FIFO group nor the order of
+submission to the executor would be enough (an executor may prepare and mine its queue in its
+own order). So a request goes to the executor only when the chain says it is its turn: the
+forwarder's ``nonces(signer)`` equals its nonce, which means every predecessor has executed
+(whoever relayed it). Until then it waits, its message coming back every
+``consumer_nonce_poll_s`` without spending the growing back-off; if the predecessor has not
+executed within ``consumer_nonce_wait_s`` it fails with that reason, and a nonce the chain has
+already used fails at once. One signer's requests thus run one block after the other, while
+different signers' run side by side. This needs ``chain_rpc_url``; without it, order is left
+to the executor.
+
+Executor failures that say nothing about the transaction itself (down, 429, 5xx, 401/403,
+timeouts) are retried for ``consumer_retry_budget_s`` from the first attempt, then failed, but
+only once it is certain the executor has nothing of it (a refused call, or a complete lookup
+that found nothing); only the executor refusing the transaction (400/422) fails it at once. A
+database outage is waited out (nothing can be recorded meanwhile). While the executor circuit
+is open nothing is claimed or sent.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
+import random
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from queue_consumer.circuit import CircuitOpen, ExecutorGuard
 from queue_consumer.retry import Failure
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
-from relay_core import ethereum
+from queue_consumer.transactions.lookup import ExecutorLookup, choose
+from relay_core import ethereum, evm
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType, is_terminal
 
 log = logging.getLogger(__name__)
@@ -45,8 +71,12 @@ log = logging.getLogger(__name__)
 SOURCE = "consumer"
 SOURCE_DLQ = "consumer.dlq"  # the pipeline counts dead-lettered transactions by this source
 
-# Executors' clocks and ours differ a little; look a bit further back than the stamp.
-_CLOCK_SKEW = timedelta(seconds=5)
+# How often one decision may lose an adoption to another row before the message is retried.
+_ADOPTION_ROUNDS = 3
+
+
+class _Conflict(Exception):
+    """The executor id is recorded against another row (unique index)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,18 +100,30 @@ class TransactionProcessor:
         sessions: async_sessionmaker[AsyncSession],
         executor: ExecutorClient,
         writes: GroupCommit,
+        guard: ExecutorGuard,
+        lookup: ExecutorLookup,
+        rpc: evm.EvmRpc | None = None,
     ) -> None:
         self.settings = settings
         self.sessions = sessions
         self.executor = executor
         self.writes = writes
+        self.guard = guard
+        self.lookup = lookup
+        self.rpc = rpc
+        self._nonce_wait = timedelta(seconds=settings.consumer_nonce_wait_s)
         self.consumer_id = settings.consumer_id
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
         self._submit_budget = timedelta(seconds=settings.consumer_submit_budget_s)
         self._settle = self._submit_budget + timedelta(
             seconds=settings.executor_timeout_s + settings.executor_handler_timeout_s + 1
         )
-        self._fault = os.environ.get("RELAY_CONSUMER_FAULT", "") if settings.is_dev else ""
+        self._retry_budget = timedelta(seconds=settings.consumer_retry_budget_s)
+        self._retention_guard = timedelta(seconds=settings.executor_retention_s * 0.75)
+        # Crash-test fault injection: development only (not test, never production).
+        dev = settings.environment == Environment.dev
+        self._fault = os.environ.get("RELAY_CONSUMER_FAULT", "") if dev else ""
+        self.conflicts = 0  # adoptions lost to another row (unique executor id)
 
     # --- the unit of work -------------------------------------------------------------------
 
@@ -98,12 +140,7 @@ class TransactionProcessor:
             return await repository.load_many(session, transaction_ids)
 
     async def process(
-        self,
-        transaction_id: str,
-        message_id: str,
-        *,
-        last_receive: bool,
-        snapshot: Transaction | None = None,
+        self, transaction_id: str, message_id: str, *, snapshot: Transaction | None = None
     ) -> Outcome:
         """``snapshot``: the row as read moments ago with its batch; every write is a
         compare-and-set on its version, so a row changed since is decided afresh."""
@@ -116,18 +153,15 @@ class TransactionProcessor:
         if is_terminal(tx.status) or tx.status in (TxStatus.submitted, TxStatus.mined):
             return Outcome.done("already_done")
         now = utcnow()
-        owner = self.owner(message_id)
         if (
             tx.status == TxStatus.processing
             and tx.claimed_by is not None
             and tx.claimed_at is not None
             and now - tx.claimed_at < self._active_claim
         ):
-            if tx.claimed_by.split("@", 1)[0] == message_id and not last_receive:
+            if tx.claimed_by.split("@", 1)[0] == message_id:
                 # This very message is still being worked on elsewhere (its visibility
-                # lapsed): wait for that attempt rather than race it. (On the last receive
-                # the message is let go instead of dead-lettered: the holder finishes the
-                # row, and the reaper backs it up if it cannot.)
+                # lapsed): wait for that attempt rather than race it.
                 remaining = (tx.claimed_at + self._active_claim - now).total_seconds()
                 return Outcome(
                     Failure.transient,
@@ -139,144 +173,276 @@ class TransactionProcessor:
             # message, which will be deleted or retried on its own.
             return Outcome.done("duplicate")
 
-        previous_start = tx.submit_started_at if tx.executor_tx_id is None else None
-        if previous_start is None and tx.valid_until is not None and tx.valid_until <= now:
-            await self._finish(
+        owner = self.owner(message_id)
+        in_doubt_since = tx.submit_started_at if tx.executor_tx_id is None else None
+        if in_doubt_since is not None:
+            return await self._in_doubt(tx, in_doubt_since, owner)
+        if tx.valid_until is not None and tx.valid_until <= now:
+            if not await self._finish(
                 tx, TxStatus.expired, "validUntil passed before submission", inflight_key=None
-            )
+            ):
+                return await self._lost_claim(tx.id)
             return Outcome.done("expired")
+        if tx.type == TxType.gasless and self.rpc is not None:
+            held = await self._nonce_turn(tx)
+            if held is not None:
+                return held
+        return await self._submit(tx, owner)
 
-        claimed = await self._write(
-            tx,
-            TxStatus.processing,
-            attempts=tx.attempts + 1,
-            claimed_by=owner,
-            claimed_at=now,
-            submit_started_at=previous_start or now,
-        )
-        if not claimed:
-            return await self._lost_claim(transaction_id, last_receive)
-        log.debug(
-            "consumer.claimed",
-            extra={
-                "transactionId": tx.id,
-                "owner": owner,
-                "stamp": str(tx.submit_started_at),
-                "inDoubtSince": str(previous_start),
-            },
-        )
-
-        if previous_start is not None:
-            return await self._resolve_in_doubt(
-                tx, previous_start, owner, last_receive=last_receive
-            )
-        return await self._submit(tx, owner, last_receive=last_receive)
-
-    async def _submit(self, tx: Transaction, owner: str, *, last_receive: bool) -> Outcome:
-        started = tx.submit_started_at
-        if started is None or utcnow() - started > self._submit_budget:
-            # Too late to call the executor under this stamp: the in-doubt rule assumes the
-            # call starts within the budget. Nothing was sent, so the stamp is withdrawn (the
-            # version check makes sure it is still ours) and the retry is a plain submit.
-            await self._write(tx, tx.status, submit_started_at=None, claimed_by=None)
-            return Outcome(Failure.transient, "submit budget exceeded", action="late_submit")
-        log.debug(
-            "consumer.submit.started",
-            extra={"transactionId": tx.id, "owner": owner, "stamp": str(started)},
-        )
+    async def _nonce_turn(self, tx: Transaction) -> Outcome | None:
+        """A gasless request goes to the executor only when the forwarder expects its nonce
+        next: its predecessors from the same signer have executed on chain. The forwarder
+        takes a signer's nonces strictly in sequence (a later one would revert), and the queue
+        delivers in any order, so each request waits its turn here, the chain being the one
+        source of truth: a predecessor sent by another relayer counts as much as one of ours.
+        A request whose predecessor does not execute within ``consumer_nonce_wait_s`` of its
+        first turn check fails with the reason; one whose nonce the chain has already used
+        fails at once."""
+        fwd = tx.request["request"]
+        nonce, sender = int(fwd["nonce"]), str(fwd["from"])
         try:
-            # One deadline for the whole call, so the in-doubt window has a known end.
-            async with asyncio.timeout(self.settings.executor_timeout_s):
-                result = await self.executor.submit(self.executor_payload(tx))
-        except TimeoutError:
-            exc = ExecutorError(ErrorKind.timeout, "executor did not answer in time")
-            return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
-        except ExecutorError as exc:
-            return await self._after_failed_submit(tx, exc, owner, last_receive=last_receive)
-        log.debug(
-            "consumer.submit.answered",
-            extra={"transactionId": tx.id, "owner": owner, "executorTxId": result.id},
+            expected = await evm.forwarder_nonce(self.rpc, tx.request["forwarder"], sender)  # type: ignore[arg-type]
+        except (evm.RpcError, evm.RpcUnavailable) as exc:
+            return Outcome(
+                Failure.held,
+                f"the chain did not say whose turn it is: {exc}"[:300],
+                retry_after_s=random.uniform(2, 5),
+                action="nonce_unknown",
+            )
+        if expected == nonce:
+            return None
+        if expected > nonce:
+            reason = (
+                f"request.nonce {nonce} was already used on chain; the forwarder expects "
+                f"{expected} next from {sender}"
+            )
+            if not await self._finish(tx, TxStatus.failed, reason, inflight_key=None):
+                return await self._lost_claim(tx.id)
+            return Outcome(Failure.permanent, reason, action="nonce_used")
+        waiting_since = tx.first_attempt_at
+        if waiting_since is None:
+            waiting_since = utcnow()
+            if not await self._write(tx, tx.status, first_attempt_at=waiting_since):
+                return await self._lost_claim(tx.id)
+        if utcnow() - waiting_since > self._nonce_wait:
+            reason = (
+                f"nonce {expected} of {sender} never executed within "
+                f"{self._nonce_wait.total_seconds():.0f} s, so nonce {nonce} could not either"
+            )
+            if not await self._finish(tx, TxStatus.failed, reason, inflight_key=None):
+                return await self._lost_claim(tx.id)
+            return Outcome(Failure.permanent, reason, action="predecessor_missing")
+        return Outcome(
+            Failure.held,
+            f"waiting for nonce {expected} of {sender} to execute first",
+            retry_after_s=self.settings.consumer_nonce_poll_s * random.uniform(1, 1.5),
+            action="held_for_predecessor",
         )
+
+    async def _submit(self, tx: Transaction, owner: str) -> Outcome:
+        """Claim (stamping the attempt) and call the executor, holding an executor slot for
+        both so the call follows the stamp at once."""
+        if not self.guard.breaker.may_call():
+            return self._circuit_open(self.guard.breaker.retry_in())
+        payload = self.executor_payload(tx)
+        try:
+            async with self.guard.slot() as permit:
+                now = utcnow()
+                if not await self._write(
+                    tx,
+                    TxStatus.processing,
+                    attempts=tx.attempts + 1,
+                    claimed_by=owner,
+                    claimed_at=now,
+                    submit_started_at=now,
+                    first_attempt_at=tx.first_attempt_at or now,
+                ):
+                    return await self._lost_claim(tx.id)
+                if utcnow() - now > self._submit_budget:
+                    # The claim took so long to commit that the in-doubt rule's bound on when
+                    # the call starts would be broken: withdraw the stamp (nothing was sent).
+                    await self._write(tx, tx.status, submit_started_at=None, claimed_by=None)
+                    return Outcome(
+                        Failure.transient, "submit budget exceeded", action="late_submit"
+                    )
+                log.debug("consumer.submit.started", extra={"transactionId": tx.id})
+                try:
+                    result = await permit.run(
+                        self.executor.submit(payload), timeout_s=self.settings.executor_timeout_s
+                    )
+                except TimeoutError:
+                    raise ExecutorError(
+                        ErrorKind.timeout, "executor did not answer in time"
+                    ) from None
+        except CircuitOpen as exc:
+            return self._circuit_open(exc.retry_in_s)
+        except ExecutorError as exc:
+            return await self._after_failed_submit(tx, exc)
         if self._fault == "exit-after-submit":
             os._exit(70)  # fault injection for the crash tests: die before recording
-        await self._record_submitted(tx, result)
-        return Outcome.done("submitted")
+        return await self._record_answer(tx, result, owner)
 
-    async def _after_failed_submit(
-        self, tx: Transaction, exc: ExecutorError, owner: str, *, last_receive: bool
-    ) -> Outcome:
+    async def _after_failed_submit(self, tx: Transaction, exc: ExecutorError) -> Outcome:
         if exc.kind is ErrorKind.rejected:
-            await self._finish(
+            if not await self._finish(
                 tx,
                 TxStatus.failed,
                 f"executor rejected the transaction: {exc.message}",
                 source=SOURCE_DLQ,
                 inflight_key=None,
                 claimed_by=None,
-            )
+            ):
+                return await self._lost_claim(tx.id)
             return Outcome(Failure.permanent, str(exc), action="rejected")
-        if exc.certain_not_created:
-            # Nothing reached the executor: forget the stamp so the retry is a plain submit.
-            await self._write(tx, tx.status, submit_started_at=None, claimed_by=None)
-            if last_receive:
-                return await self._give_up(tx, str(exc))
-            failure = (
-                Failure.rate_limited if exc.kind is ErrorKind.rate_limited else Failure.transient
-            )
-            return Outcome(failure, str(exc), retry_after_s=exc.retry_after_s, action="retry")
-        # In doubt: the executor may have it. The stamp stays; the next attempt looks it up.
-        if last_receive:
-            return await self._resolve_in_doubt(tx, tx.submit_started_at, owner, last_receive=True)
-        await self._write(tx, tx.status, claimed_by=None)
-        return Outcome(Failure.transient, f"in doubt: {exc}", action="retry_in_doubt")
-
-    async def _resolve_in_doubt(
-        self, tx: Transaction, started: datetime | None, owner: str, *, last_receive: bool
-    ) -> Outcome:
-        assert started is not None
-        settled_at = started + self._settle
-        wait_s = (settled_at - utcnow()).total_seconds()
-        if wait_s > 0 and not last_receive:
-            found = await self._find_at_executor(tx, started)
-            if found is not None:
-                await self._record_submitted(tx, found)
-                return Outcome.done("adopted")
+        if not exc.certain_not_created:
+            # In doubt: the executor may have it. The stamp stays; a later attempt decides.
             await self._write(tx, tx.status, claimed_by=None)
+            return Outcome(
+                Failure.transient,
+                f"in doubt: {exc}",
+                retry_after_s=self._settle_in(tx.submit_started_at),
+                action="retry_in_doubt",
+            )
+        # Nothing reached the executor: forget the stamp so the retry is a plain submit.
+        if not await self._write(tx, tx.status, submit_started_at=None, claimed_by=None):
+            return await self._lost_claim(tx.id)
+        if self._budget_spent(tx):
+            return await self._give_up(tx, str(exc))
+        failure = Failure.rate_limited if exc.kind is ErrorKind.rate_limited else Failure.transient
+        return Outcome(failure, str(exc), retry_after_s=exc.retry_after_s, action="retry")
+
+    def _budget_spent(self, tx: Transaction) -> bool:
+        return utcnow() - (tx.first_attempt_at or tx.created_at) > self._retry_budget
+
+    async def _give_up(self, tx: Transaction, last_error: str) -> Outcome:
+        """Transient failures for longer than the budget, with nothing at the executor (so
+        failing cannot hide an execution)."""
+        if not await self._finish(
+            tx,
+            TxStatus.failed,
+            f"executor unavailable for {self._retry_budget.total_seconds():.0f} s "
+            f"after {tx.attempts} attempt(s): {last_error}",
+            source=SOURCE_DLQ,
+            inflight_key=None,
+            claimed_by=None,
+        ):
+            return await self._lost_claim(tx.id)
+        return Outcome(Failure.exhausted, last_error, action="budget_spent")
+
+    # --- in doubt ---------------------------------------------------------------------------
+
+    async def _in_doubt(self, tx: Transaction, started: datetime, owner: str) -> Outcome:
+        wait_s = self._settle_in(started)
+        if wait_s > 0:
             return Outcome(
                 Failure.transient,
                 "earlier submit in doubt; waiting for it to settle",
                 retry_after_s=wait_s,
                 action="wait_settle",
             )
-        if wait_s > 0:
-            await asyncio.sleep(wait_s)  # last chance: wait here rather than lose the message
-        found = await self._find_at_executor(tx, started)
-        log.debug(
-            "consumer.in_doubt.looked_up",
-            extra={"transactionId": tx.id, "stamp": str(started), "found": found and found.id},
-        )
-        if found is not None:
-            await self._record_submitted(tx, found)
-            return Outcome.done("adopted")
-        retention_guard = timedelta(seconds=self.settings.executor_retention_s * 0.75)
-        if utcnow() - started > retention_guard:
+        if utcnow() - started > self._retention_guard:
             # The executor may already have deleted a finished record: resubmitting could
             # execute twice, so stop and ask a human.
-            await self._finish(
+            if not await self._finish(
                 tx,
                 TxStatus.failed,
                 "earlier submit in doubt beyond the executor's retention; check manually",
                 source=SOURCE_DLQ,
                 claimed_by=None,
-            )
+            ):
+                return await self._lost_claim(tx.id)
+            log.error("consumer.in_doubt.beyond_retention", extra={"transactionId": tx.id})
             return Outcome(Failure.permanent, "in doubt beyond retention", action="in_doubt_failed")
-        # Certain now: the executor does not have it. Submit afresh.
-        if not await self._write(tx, tx.status, submit_started_at=utcnow(), claimed_by=owner):
-            return await self._lost_claim(tx.id, last_receive)
-        return await self._submit(tx, owner, last_receive=last_receive)
+        if not self.guard.breaker.may_call():
+            return self._circuit_open(self.guard.breaker.retry_in())
+        if not await self._write(
+            tx,
+            TxStatus.processing,
+            attempts=tx.attempts + 1,
+            claimed_by=owner,
+            claimed_at=utcnow(),
+            first_attempt_at=tx.first_attempt_at or started,
+        ):
+            return await self._lost_claim(tx.id)
+        return await self._decide(tx, started, owner)
 
-    async def _lost_claim(self, transaction_id: str, last_receive: bool) -> Outcome:
-        """Someone changed the row between our read and our claim. Only a finished row lets
+    async def _decide(self, tx: Transaction, started: datetime, owner: str) -> Outcome:
+        """The attempt stamped ``started`` has settled and ``tx`` is claimed: adopt what it
+        created, or, if the complete list shows nothing free, submit afresh."""
+        payload = self.executor_payload(tx)
+        for _ in range(_ADOPTION_ROUNDS):
+            found = await self.lookup.find(payload, started)
+            if not found.complete:
+                await self._write(tx, tx.status, claimed_by=None)
+                return Outcome(
+                    Failure.transient,
+                    f"in doubt; executor lookup incomplete: {found.reason}",
+                    retry_after_s=self.guard.breaker.retry_in() or None,
+                    action="lookup_incomplete",
+                )
+            async with self.sessions() as session:
+                taken = await repository.executor_ids_taken(
+                    session, [m.id for m in found.matches], except_id=tx.id
+                )
+            chosen = choose(found.matches, taken)
+            log.debug(
+                "consumer.in_doubt.looked_up",
+                extra={
+                    "transactionId": tx.id,
+                    "stamp": str(started),
+                    "matches": len(found.matches),
+                    "chosen": chosen and chosen.id,
+                },
+            )
+            if chosen is None:
+                break
+            try:
+                if await self._record(tx, chosen):
+                    return Outcome.done("adopted")
+                return await self._lost_claim(tx.id)
+            except _Conflict:
+                self.conflicts += 1
+                log.info(
+                    "consumer.claim_conflict",
+                    extra={"transactionId": tx.id, "executorTxId": chosen.id},
+                )
+        else:
+            await self._write(tx, tx.status, claimed_by=None)
+            return Outcome(
+                Failure.transient,
+                "in doubt; every match was taken by another row meanwhile",
+                retry_after_s=1,
+                action="adoption_conflict",
+            )
+        # Certain now: the executor has nothing of ours. Submit afresh under a new stamp,
+        # unless that is no longer wanted (expired) or the executor has failed us too long.
+        if tx.valid_until is not None and tx.valid_until <= utcnow():
+            if not await self._finish(
+                tx,
+                TxStatus.expired,
+                "validUntil passed before submission",
+                inflight_key=None,
+                claimed_by=None,
+            ):
+                return await self._lost_claim(tx.id)
+            return Outcome.done("expired")
+        if not await self._write(tx, tx.status, submit_started_at=None, claimed_by=None):
+            return await self._lost_claim(tx.id)
+        if self._budget_spent(tx):
+            return await self._give_up(tx, "no attempt got an answer from the executor")
+        if tx.type == TxType.gasless and self.rpc is not None:
+            held = await self._nonce_turn(tx)
+            if held is not None:
+                return held
+        return await self._submit(tx, owner)
+
+    def _settle_in(self, started: datetime | None) -> float:
+        if started is None:
+            return 0.0
+        return max(0.0, (started + self._settle - utcnow()).total_seconds())
+
+    async def _lost_claim(self, transaction_id: str) -> Outcome:
+        """Someone changed the row between our read and our write. Only a finished row lets
         this message go; otherwise it comes back shortly and is decided afresh (deleting it
         could leave the row with no message at all)."""
         async with self.sessions() as session:
@@ -284,11 +450,7 @@ class TransactionProcessor:
         if (
             current is None
             or is_terminal(current.status)
-            or current.status
-            in (
-                TxStatus.submitted,
-                TxStatus.mined,
-            )
+            or current.status in (TxStatus.submitted, TxStatus.mined)
         ):
             return Outcome.done("lost_claim")
         return Outcome(
@@ -298,67 +460,89 @@ class TransactionProcessor:
             action="lost_claim_retry",
         )
 
-    async def _give_up(self, tx: Transaction, reason: str) -> Outcome:
-        await self._finish(
-            tx,
-            TxStatus.failed,
-            f"executor unavailable after {tx.attempts} attempt(s): {reason}",
-            source=SOURCE_DLQ,
-            inflight_key=None,
-            claimed_by=None,
-        )
-        return Outcome(Failure.transient, reason, action="gave_up")
-
-    async def fail_after_last_receive(self, transaction_id: str, reason: str) -> None:
-        """Called by the worker when the retries of a message are spent (e.g. the database
-        was down for every attempt)."""
-        async with self.sessions() as session:
-            tx = await repository.load(session, transaction_id)
-        if (
-            tx is None
-            or is_terminal(tx.status)
-            or tx.status in (TxStatus.submitted, TxStatus.mined)
-        ):
-            return
-        if tx.submit_started_at is not None and tx.executor_tx_id is None:
-            return  # in doubt: leave it to the reaper and a later attempt, never guess "failed"
-        await self._finish(
-            tx,
-            TxStatus.failed,
-            f"retries exhausted: {reason}",
-            source=SOURCE_DLQ,
-            inflight_key=None,
-            claimed_by=None,
+    @staticmethod
+    def _circuit_open(retry_in_s: float) -> Outcome:
+        # Back when a probe may have settled it; the pollers do not receive meanwhile.
+        return Outcome(
+            Failure.transient,
+            "executor circuit open",
+            retry_after_s=retry_in_s + random.uniform(1, 5),
+            action="circuit_open",
         )
 
-    # --- executor lookups ------------------------------------------------------------------
+    # --- recording the executor's answer ------------------------------------------------------
 
-    async def _find_at_executor(self, tx: Transaction, since: datetime) -> ExecutorTx | None:
-        expected = self.executor_payload(tx)
-        horizon = since - _CLOCK_SKEW
-        candidates: list[ExecutorTx] = []
-        for page in range(1, 51):
-            items = await self.executor.list_page(page, per_page=100)
-            for item in items:
-                if (
-                    item.created_at is not None
-                    and item.created_at >= horizon
-                    and _matches(item, expected)
-                ):
-                    candidates.append(item)
-            oldest = min((i.created_at for i in items if i.created_at), default=None)
-            if len(items) < 100 or (oldest is not None and oldest < horizon):
-                break
-        if not candidates:
-            return None
-        async with self.sessions() as session:
-            taken = await repository.executor_ids_taken(
-                session, [c.id for c in candidates], except_id=tx.id
+    async def _record_answer(self, tx: Transaction, result: ExecutorTx, owner: str) -> Outcome:
+        """The executor answered: record its id. If another row's adoption took that id
+        meanwhile (same to, data and value), this row decides afresh: its call has settled."""
+        started = tx.submit_started_at
+        try:
+            recorded = await self._record(tx, result)
+        except _Conflict:
+            self.conflicts += 1
+            log.info(
+                "consumer.claim_conflict",
+                extra={"transactionId": tx.id, "executorTxId": result.id, "answered": True},
             )
-        free = [c for c in candidates if c.id not in taken]
-        # The earliest match after the stamp is the one our earlier attempt created.
-        free.sort(key=lambda c: c.created_at or since)
-        return free[0] if free else None
+            assert started is not None
+            return await self._decide(tx, started, owner)
+        return Outcome.done("submitted" if recorded else "lost_claim")
+
+    async def _record(self, tx: Transaction, result: ExecutorTx) -> bool:
+        """Record ``result`` as this row's executor transaction, whatever else changed the row's
+        version meanwhile (the reaper, the reconciler, another attempt). False if the row was
+        finished or recorded by someone else (then a surplus is canceled). Raises _Conflict if
+        another row holds ``result``."""
+        for _ in range(5):
+            try:
+                written = await self._write(
+                    tx,
+                    TxStatus.submitted,
+                    executor_tx_id=result.id,
+                    hash=result.hash,
+                    submitted_at=utcnow(),
+                    claimed_by=None,
+                    result={"executor": {"id": result.id, "status": result.status}},
+                )
+            except IntegrityError as exc:
+                raise _Conflict(result.id) from exc
+            if written:
+                return True
+            async with self.sessions() as session:
+                current = await repository.load(session, tx.id)
+            if current is None:
+                return False
+            if current.executor_tx_id is not None:
+                if current.executor_tx_id != result.id:
+                    await self._cancel_surplus(tx.id, current.executor_tx_id, result.id)
+                return current.executor_tx_id == result.id
+            if is_terminal(current.status):
+                return False
+            tx = current
+        raise RuntimeError("could not record the executor's answer")
+
+    async def _cancel_surplus(self, transaction_id: str, recorded: str, surplus: str) -> None:
+        """A second executor transaction for one of ours: the timing bounds were broken.
+        Cancel the surplus one at the executor (a pending transaction is canceled at once)."""
+        try:
+            async with self.guard.slot() as permit:
+                await permit.run(
+                    self.executor.cancel(surplus), timeout_s=self.settings.executor_timeout_s
+                )
+            outcome = "canceled"
+        except (ExecutorError, CircuitOpen, TimeoutError) as exc:
+            outcome = f"cancel failed, cancel it by hand: {exc}"
+        log.error(
+            "consumer.double_submission",
+            extra={
+                "transactionId": transaction_id,
+                "recorded": recorded,
+                "surplus": surplus,
+                "outcome": outcome,
+            },
+        )
+
+    # --- payload ----------------------------------------------------------------------------
 
     def executor_payload(self, tx: Transaction) -> dict[str, Any]:
         request = tx.request
@@ -397,53 +581,10 @@ class TransactionProcessor:
 
     # --- writes ----------------------------------------------------------------------------
 
-    async def _record_submitted(self, tx: Transaction, result: ExecutorTx) -> None:
-        """The executor has it: record that whatever else touched the row meanwhile (a
-        released or touched claim only bumps the version)."""
-        for _ in range(5):
-            if await self._write(
-                tx,
-                TxStatus.submitted,
-                executor_tx_id=result.id,
-                hash=result.hash,
-                submitted_at=utcnow(),
-                claimed_by=None,
-                result={"executor": {"id": result.id, "status": result.status}},
-            ):
-                return
-            async with self.sessions() as session:
-                current = await repository.load(session, tx.id)
-            if current is None:
-                return
-            if current.executor_tx_id is not None:
-                if current.executor_tx_id != result.id:
-                    await self._cancel_surplus(tx.id, current.executor_tx_id, result.id)
-                return
-            tx = current
-        raise RuntimeError("could not record the executor's answer")
-
-    async def _cancel_surplus(self, transaction_id: str, recorded: str, surplus: str) -> None:
-        """A second executor transaction for one of ours: the timing bounds were broken.
-        Cancel the surplus one at the executor (a pending transaction is canceled at once)."""
-        try:
-            await self.executor.cancel(surplus)
-            outcome = "canceled"
-        except ExecutorError as exc:
-            outcome = f"cancel failed: {exc}"
-        log.error(
-            "consumer.double_submission",
-            extra={
-                "transactionId": transaction_id,
-                "recorded": recorded,
-                "surplus": surplus,
-                "outcome": outcome,
-            },
-        )
-
     async def _finish(
         self, tx: Transaction, status: TxStatus, reason: str, *, source: str = SOURCE, **values: Any
-    ) -> None:
-        await self._write(tx, status, reason=reason, source=source, error=reason, **values)
+    ) -> bool:
+        return await self._write(tx, status, reason=reason, source=source, error=reason, **values)
 
     async def _write(
         self,
@@ -488,15 +629,3 @@ class TransactionProcessor:
                 reaped += 1
                 log.warning("consumer.reaper.returned", extra={"transactionId": tx.id})
         return reaped
-
-
-def _matches(item: ExecutorTx, expected: dict[str, Any]) -> bool:
-    def norm(data: str | None) -> str:
-        text = (data or "").lower()
-        return text if text.startswith("0x") else "0x" + text
-
-    return (
-        (item.to or "").lower() == str(expected["to"]).lower()
-        and norm(item.data) == norm(expected["data"])
-        and (item.value or 0) == int(expected["value"])
-    )

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth import repository
+from relay_api.limits.service import Limit
 from relay_core import apikeys
 from relay_core.db.models import ApiClient
 from relay_core.errors import Unauthorized
@@ -29,6 +30,7 @@ class Caller:
     name: str
     role: str
     callback_url: str | None = None
+    limit: Limit | None = None  # its own rate limit; None: the deployment's default
 
     @property
     def is_admin(self) -> bool:
@@ -55,12 +57,18 @@ class Authenticator:
         sessions: async_sessionmaker[AsyncSession],
         ttl_s: float,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        unknown_ttl_s: float = 30.0,
     ) -> None:
         self._sessions = sessions
         self._ttl_s = ttl_s
         self._clock = clock
         self._verified: dict[str, tuple[Caller, float]] = {}
         self._lookups: dict[str, asyncio.Future[Caller]] = {}
+        # Keys found unknown, answered 401 from memory for a while: a bogus key costs a
+        # hash, not a database read each time.
+        self._unknown_ttl_s = unknown_ttl_s
+        self._unknown: dict[str, float] = {}
 
     async def authenticate(self, presented: str | None) -> Caller:
         if not presented:
@@ -70,6 +78,8 @@ class Authenticator:
         digest = apikeys.hash_key(presented)
         cached = self._verified.get(digest)
         now = self._clock()
+        if cached is None and self._unknown.get(digest, 0.0) > now:
+            raise Unauthorized("invalid API key")
         if cached is not None and cached[1] > now:
             if cached[1] - now < self._ttl_s / 5:
                 self._start_lookup(digest, background=True)
@@ -103,9 +113,21 @@ class Authenticator:
         # The index lookup finds the row; the constant-time comparison is the check.
         if client is None or not hmac.compare_digest(client.key_hash, digest):
             self._verified.pop(digest, None)
+            if self._unknown_ttl_s > 0:
+                if len(self._unknown) > 100_000:
+                    self._unknown.clear()
+                self._unknown[digest] = self._clock() + self._unknown_ttl_s
             raise Unauthorized("invalid API key")
+        self._unknown.pop(digest, None)
+        limit = None
+        if client.rate_limit_per_s is not None and client.rate_limit_burst is not None:
+            limit = Limit(client.rate_limit_per_s, client.rate_limit_burst)
         caller = Caller(
-            id=client.id, name=client.name, role=client.role, callback_url=client.callback_url
+            id=client.id,
+            name=client.name,
+            role=client.role,
+            callback_url=client.callback_url,
+            limit=limit,
         )
         if self._ttl_s > 0:
             if len(self._verified) > 10_000:
@@ -124,6 +146,9 @@ async def create_client(
         role=ADMIN if admin else CLIENT,
         key_hash=apikeys.hash_key(key),
         key_prefix=apikeys.display_prefix(key),
+        # Every client can receive callbacks (a transaction may name a callbackUrl), so every
+        # client has a secret to sign them with, from the start.
+        callback_secret=apikeys.generate_callback_secret(),
     )
     await repository.add(session, client)
     return client, key

@@ -81,12 +81,41 @@ async def submit_gasless(
     runtime: RuntimeDep,
     idempotency_key: IdempotencyKey = None,
 ) -> Json:
-    """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder."""
+    """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder,
+    in nonce order per signer. Sign for the domain of ``GET /relay/gasless/domain`` with the
+    nonce of ``GET /relay/gasless/nonce/{address}`` (then the next ones)."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_gasless(body, runtime.settings)
+    await service.check_nonce_unused(runtime.rpc, service.gasless_domain(runtime.settings), new)
     async with unit_of_work(runtime) as uow:
         accepted = await service.accept(uow.session, caller, new, key, uow.outbox)
     return _accepted(accepted)
+
+
+@router.get("/gasless/domain", responses={401: ERRORS[401], 404: {"description": "Gasless off"}})
+async def gasless_domain(caller: CallerDep, runtime: RuntimeDep) -> Json:
+    """The EIP-712 domain and types a gasless request must be signed for."""
+    return Json(service.domain_view(service.gasless_domain(runtime.settings)))
+
+
+@router.get(
+    "/gasless/nonce/{address}",
+    responses={
+        401: ERRORS[401],
+        404: {"description": "Gasless off"},
+        503: {"description": "No chain RPC configured, or it did not answer"},
+    },
+)
+async def gasless_nonce(
+    address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
+    caller: CallerDep,
+    runtime: RuntimeDep,
+) -> Json:
+    """The nonce the forwarder expects next from ``address``, read from the chain."""
+    domain = service.gasless_domain(runtime.settings)
+    checked = service.check_address_param(address)
+    nonce = await service.forwarder_nonce(runtime.rpc, domain, checked)
+    return Json({"address": checked, "nonce": str(nonce)})
 
 
 @router.get(

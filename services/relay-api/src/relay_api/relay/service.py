@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import logging
 import re
+import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,11 +25,12 @@ from relay_api.relay import repository
 from relay_api.relay.refresh import Refresher
 from relay_api.relay.schemas import DirectRequest, GaslessRequest, parse_rfc3339
 from relay_api.settings import ApiSettings
-from relay_core import ethereum, jsonutil
+from relay_core import ethereum, evm, jsonutil
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
-from relay_core.errors import BadRequest, Conflict, NotFound
+from relay_core.errors import BadRequest, Conflict, NotFound, Unavailable
 from relay_core.executor import ExecutorTx
+from relay_core.netguard import RefusedDestination
 from relay_core.queue import TransactionMessage
 from relay_core.statuses import TxStatus, TxType, is_terminal
 from relay_core.tracking import interpret
@@ -36,7 +38,7 @@ from relay_core.views import rfc3339, status_entry
 
 log = logging.getLogger(__name__)
 
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
+_IDEMPOTENCY_KEY = re.compile(r"[\x21-\x7e]{1,255}")  # fullmatch: no trailing newline
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +67,7 @@ class NewTransaction:
 def check_idempotency_key(key: str | None) -> str | None:
     if key is None:
         return None
-    if not _IDEMPOTENCY_KEY.match(key):
+    if not _IDEMPOTENCY_KEY.fullmatch(key):
         raise BadRequest("Idempotency-Key: must be 1-255 printable ASCII characters")
     return key
 
@@ -107,14 +109,91 @@ def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction
         type=TxType.direct,
         request=request,
         valid_until=valid_until,
-        callback_url=body.callback_url,
+        callback_url=check_callback_url("callbackUrl", body.callback_url, settings),
     )
+
+
+def check_callback_url(field: str, url: str | None, settings: ApiSettings) -> str | None:
+    """A callback URL Relay will call: not inside (see relay_core.netguard), https in
+    production. 400 naming the field otherwise."""
+    if url is None:
+        return None
+    try:
+        return settings.callback_policy().check_url(url)
+    except RefusedDestination as exc:
+        raise BadRequest(f"{field}: {exc}") from exc
+
+
+def check_address_param(address: str) -> str:
+    try:
+        return ethereum.check_address(address)
+    except ValueError as exc:
+        raise BadRequest(f"address: {exc}") from exc
+
+
+def gasless_domain(settings: ApiSettings) -> ethereum.ForwarderDomain:
+    domain = settings.forwarder_domain
+    if domain is None:
+        raise NotFound(
+            "gasless relaying is not enabled on this deployment "
+            "(RELAY_FORWARDER_ADDRESS and RELAY_CHAIN_ID are not set)"
+        )
+    return domain
+
+
+def domain_view(domain: ethereum.ForwarderDomain) -> dict[str, Any]:
+    """What a client signs for: the EIP-712 domain, the types and the primary type, in the
+    shape eth_account's ``encode_typed_data(full_message=...)`` and wallets take."""
+    return {
+        "domain": {
+            "name": domain.name,
+            "version": domain.version,
+            "chainId": domain.chain_id,
+            "verifyingContract": domain.verifying_contract,
+        },
+        "types": ethereum.FORWARD_REQUEST_TYPES,
+        "primaryType": "ForwardRequest",
+    }
+
+
+async def forwarder_nonce(
+    rpc: evm.EvmRpc | None, domain: ethereum.ForwarderDomain, address: str
+) -> int:
+    """The nonce the forwarder expects next from ``address``, read from the chain."""
+    if rpc is None:
+        raise Unavailable("no chain RPC configured (RELAY_CHAIN_RPC_URL)")
+    try:
+        return await evm.forwarder_nonce(rpc, domain.verifying_contract, address)
+    except (evm.RpcError, evm.RpcUnavailable) as exc:
+        raise Unavailable(f"the chain did not answer: {exc}") from exc
+
+
+async def check_nonce_unused(
+    rpc: evm.EvmRpc | None, domain: ethereum.ForwarderDomain, new: NewTransaction
+) -> None:
+    """Refuse a nonce the forwarder has already consumed (it could only revert). Without a
+    chain to ask, or if it does not answer, the consumer finds out before sending."""
+    if rpc is None:
+        return
+    fwd = new.request["request"]
+    try:
+        current = await evm.forwarder_nonce(rpc, domain.verifying_contract, fwd["from"])
+    except (evm.RpcError, evm.RpcUnavailable) as exc:
+        log.warning("api.gasless.nonce_unchecked", extra={"error": str(exc)[:200]})
+        return
+    if int(fwd["nonce"]) < current:
+        raise BadRequest(
+            f"request.nonce: {fwd['nonce']} is already used; the forwarder expects {current} "
+            f"next from {fwd['from']}"
+        )
 
 
 def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransaction:
     fwd = body.request
     _check_data("request.data", fwd.data, settings)
     _check_gas("request.gas", fwd.gas, settings)
+    if fwd.deadline > time.time() + settings.max_valid_for_s:  # before it becomes a date
+        raise BadRequest(f"request.deadline: must be at most {settings.max_valid_for_s} s from now")
     deadline = _check_window(
         "request.deadline", datetime.fromtimestamp(fwd.deadline, UTC), settings
     )
@@ -127,7 +206,7 @@ def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransacti
         deadline=fwd.deadline,
         data=fwd.data,
     )
-    domain = settings.forwarder_domain
+    domain = gasless_domain(settings)
     try:
         signer = ethereum.recover_forward_request_signer(domain, forward, body.signature)
     except ValueError as exc:
@@ -142,7 +221,7 @@ def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransacti
         request=request,
         valid_until=deadline,
         inflight_key=f"{fwd.from_.lower()}:{fwd.nonce}",
-        callback_url=body.callback_url,
+        callback_url=check_callback_url("callbackUrl", body.callback_url, settings),
     )
 
 

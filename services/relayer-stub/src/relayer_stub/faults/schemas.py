@@ -75,6 +75,14 @@ class FaultConfig(BaseModel):
     hang_to: list[str] = Field(default_factory=list)
     hang_s: float = Field(30.0, ge=0, description="how long an accepted send is held")
 
+    # Chain mode: what the node does with the stub's broadcasts.
+    broadcast_drop_next: int = Field(
+        0, ge=0, description="the next N broadcasts are lost on the way (no answer)"
+    )
+    broadcast_reject_next: int = Field(
+        0, ge=0, description="the next N broadcasts are refused by the node (an RPC error)"
+    )
+
     seed: int | None = None
 
     @field_validator("reject_to", "hang_to")

@@ -85,3 +85,17 @@ class FaultInjector:
             self.injected["hung"] += 1
             return config.hang_s
         return None
+
+    def drops_broadcast(self) -> bool:
+        """Chain mode: this broadcast is lost before it reaches the node."""
+        if self._fires("broadcast_drop_next", 0.0):
+            self.injected["broadcast_dropped"] += 1
+            return True
+        return False
+
+    def rejects_broadcast(self) -> bool:
+        """Chain mode: the node refuses this broadcast."""
+        if self._fires("broadcast_reject_next", 0.0):
+            self.injected["broadcast_rejected"] += 1
+            return True
+        return False

@@ -45,7 +45,7 @@ class SendTransactionRoute:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         match = (
-            SEND_PATH.match(scope["path"])
+            SEND_PATH.fullmatch(scope["path"])
             if scope["type"] == "http" and scope["method"] == "POST"
             else None
         )

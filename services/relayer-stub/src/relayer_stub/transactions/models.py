@@ -75,6 +75,10 @@ class Transaction:
     will_fail: bool = False
     delete_at_ts: float | None = None
     hashes: list[str] = field(default_factory=list)
+    # Chain mode: the signed transaction (sent again as it is if the node lost it), and the
+    # block its receipt is in.
+    raw: str | None = None
+    mined_block: int | None = None
     # Bumped on every scheduling decision; a timer carrying an older value is stale.
     version: int = 0
 
@@ -136,6 +140,8 @@ class Transaction:
             "will_fail": self.will_fail,
             "delete_at_ts": self.delete_at_ts,
             "hashes": list(self.hashes),
+            "raw": self.raw,
+            "mined_block": self.mined_block,
         }
 
     @classmethod

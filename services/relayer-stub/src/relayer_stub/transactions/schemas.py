@@ -106,7 +106,7 @@ def _optional_str(body: dict[str, Any], name: str) -> str | None:
 def intrinsic_gas(to: str | None, data: str | None) -> int:
     gas = 21_000 if to is not None else 53_000
     body = (data or "").removeprefix("0x").removeprefix("0X")
-    if _HEX_BODY.match(body):
+    if _HEX_BODY.fullmatch(body):
         raw = bytes.fromhex(body)
         gas += 4 * raw.count(0) + 16 * (len(raw) - raw.count(0))
     return gas
@@ -181,9 +181,9 @@ def parse_send_request(body: Any, now_ts: float) -> SendRequest:
 
 def signing_problem(to: str | None, data: str | None) -> str | None:
     """What upstream's signer would refuse (it only parses these when it signs)."""
-    if to is not None and not _ADDRESS.match(to):
+    if to is not None and not _ADDRESS.fullmatch(to):
         return f"Invalid address: {to}"
-    if data is not None and not _HEX_BODY.match(data.removeprefix("0x").removeprefix("0X")):
+    if data is not None and not _HEX_BODY.fullmatch(data.removeprefix("0x").removeprefix("0X")):
         return "Invalid hex data"
     return None
 

@@ -1,0 +1,254 @@
+"""Chain mode, measured once: transactions confirmed per second through the whole system.
+
+``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]``
+
+The API, one consumer and the relayer-stub in chain mode (signing and broadcasting on anvil,
+statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
+``make bench``. Transactions are submitted as fast as 32 concurrent clients can; the clock
+runs from the first 202 to the last ``confirmed`` row. Direct ones are 1-wei transfers to one
+payee (its balance must end at the count); gasless ones are ``RelayRecipient.record`` calls
+from distinct signers (each signer's first nonce), executed through the forwarder. Writes
+``bench/results/chain-<kind>-<UTC time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from eth_account import Account
+from eth_utils import keccak
+from sqlalchemy import create_engine, text
+
+from bench import infra, procstat
+from bench.infra import ROOT, Run, check
+from relay_core import ethereum, evm, localchain
+from relay_core.localsqs import free_port
+from relay_core.testing import new_api_key, start_stub
+
+RESULTS = ROOT / "bench" / "results"
+WEBHOOK_KEY = "bench-chain-webhook-signing-key-0123456789"
+GAS = 200_000
+
+
+def _counts(database_url: str) -> dict[str, int]:
+    engine = create_engine(infra.sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(text("SELECT status, COUNT(*) FROM transactions GROUP BY 1"))
+            return {str(status): int(n) for status, n in rows}
+    finally:
+        engine.dispose()
+
+
+def _errors(database_url: str) -> list[str]:
+    engine = create_engine(infra.sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text("SELECT DISTINCT error FROM transactions WHERE status = 'failed' LIMIT 5")
+            )
+            return [str(r[0]) for r in rows]
+    finally:
+        engine.dispose()
+
+
+def _latencies(database_url: str) -> list[float]:
+    engine = create_engine(infra.sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, confirmed_at) / 1e6 "
+                    "FROM transactions WHERE confirmed_at IS NOT NULL"
+                )
+            )
+            return sorted(float(r[0]) for r in rows)
+    finally:
+        engine.dispose()
+
+
+def _percentile(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
+
+
+async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str, Any]:
+    workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
+    async with Run.open(workdir, "ministack") as run:
+        chain = localchain.start(block_time_s=block_time_s, log_path=workdir / "anvil.log")
+        try:
+            deployment = await localchain.deploy(chain.rpc_url)
+            api_port = free_port()
+            api_url = f"http://127.0.0.1:{api_port}"
+            stub_dir = workdir / "chain-stub"
+            stub_dir.mkdir()
+            stub = start_stub(
+                stub_dir,
+                STUB_CHAIN_RPC_URL=chain.rpc_url,
+                STUB_CHAIN_POLL_INTERVAL_S="0.05",
+                STUB_LOG_LEVEL="WARNING",
+                STUB_WEBHOOK_URL=f"{api_url}/api/v1/webhooks/oz-relayer",
+                STUB_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
+            )
+            run.extra_stubs.append(stub)
+            database_url = run.database("chain")
+            queue = f"bench-chain-{run.run_id}"
+            async with run.sqs_client(queue) as sqs:
+                await run.create_queues(sqs, queue)
+            chain_env = {
+                "RELAY_EXECUTOR_URL": stub.base_url,
+                "RELAY_CHAIN_RPC_URL": chain.rpc_url,
+                "RELAY_CHAIN_ID": str(deployment.chain_id),
+                "RELAY_FORWARDER_ADDRESS": deployment.forwarder,
+            }
+            api_env = {
+                **run.api_env(database_url, queue),
+                **chain_env,
+                "PORT": str(api_port),
+                "RELAY_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY,
+            }
+            key = await asyncio.to_thread(_create_key, api_env)
+            api = run.spawn("api", ["-m", "relay_api.cli", "serve"], api_env)
+            consumer_env = {**run.consumer_env(database_url, queue, 0), **chain_env}
+            consumer = run.spawn("consumer", ["-m", "queue_consumer.main"], consumer_env)
+            await run.wait_http(f"{api_url}/health", api)
+            await run.wait_consumer_polling(queue, 0, consumer)
+            payee = Account.create().address
+            bodies = await _bodies(api_url, key, kind, transactions, deployment, payee)
+            assert stub.process is not None
+            pids = {"api": api.pid, "consumer": consumer.pid, "stub": stub.process.pid}
+            before = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+            started = time.monotonic()
+            await _submit(api_url, key, kind, bodies)
+            accepted_s = time.monotonic() - started
+            deadline = started + 600
+            while (counts := _counts(database_url)).get("confirmed", 0) < transactions:
+                check(time.monotonic() < deadline, f"not all confirmed in 600 s: {counts}")
+                check(not counts.get("failed"), f"failures: {counts}: {_errors(database_url)}")
+                await asyncio.sleep(0.25)
+            elapsed = time.monotonic() - started
+            after = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+            latencies = _latencies(database_url)
+            rpc = evm.EvmRpc(chain.rpc_url)
+            try:
+                if kind == "direct":
+                    check(await rpc.balance(payee) == transactions, "payee balance is wrong")
+                else:
+                    recorded = await rpc.eth_call(
+                        {
+                            "to": deployment.recipient,
+                            "data": "0x" + keccak(text="count()")[:4].hex(),
+                        }
+                    )
+                    check(int(recorded, 16) == transactions, "recipient count is wrong")
+                blocks = await rpc.block_number()
+            finally:
+                await rpc.aclose()
+            return {
+                "kind": kind,
+                "transactions": transactions,
+                "block_time_s": block_time_s,
+                "blocks": blocks,
+                "accept_s": round(accepted_s, 2),
+                "first_202_to_last_confirmed_s": round(elapsed, 2),
+                "confirmed_per_s": round(transactions / elapsed, 1),
+                "latency_accept_to_confirmed_s": {
+                    "p50": round(_percentile(latencies, 50), 3),
+                    "p95": round(_percentile(latencies, 95), 3),
+                    "max": round(max(latencies), 3),
+                    "mean": round(statistics.fmean(latencies), 3),
+                },
+                "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
+                "stub_stats": await _stub_stats(stub.base_url),
+            }
+        finally:
+            chain.stop()
+
+
+def _create_key(env: dict[str, str]) -> str:
+    """A client whose rate limit the load stays under (the limiter still runs)."""
+    return new_api_key({**os.environ, **env}, "bench-chain", rate_per_s=100_000, burst=100_000)
+
+
+async def _stub_stats(base_url: str) -> Any:
+    async with httpx.AsyncClient(base_url=base_url) as http:
+        return (await http.get("/__admin/stats")).json()["lifecycle"]
+
+
+async def _bodies(
+    api_url: str,
+    key: str,
+    kind: str,
+    count: int,
+    deployment: localchain.Deployment,
+    payee: str,
+) -> list[dict[str, Any]]:
+    if kind == "direct":
+        return [{"to": payee, "value": "1", "data": "0x"} for _ in range(count)]
+    async with httpx.AsyncClient(base_url=api_url, headers={"X-API-Key": key}) as http:
+        served = (await http.get("/api/v1/relay/gasless/domain")).json()["domain"]
+    domain = ethereum.ForwarderDomain(
+        served["name"], served["version"], served["chainId"], served["verifyingContract"]
+    )
+    bodies = []
+    for tag in range(count):
+        signer = Account.create()
+        data = "0x" + keccak(text="record(uint256)")[:4].hex() + f"{tag:064x}"
+        deadline = int(time.time()) + 3600
+        forward = ethereum.ForwardRequest(
+            signer.address, deployment.recipient, 0, GAS, 0, deadline, data
+        )
+        request = {
+            "from": signer.address,
+            "to": deployment.recipient,
+            "value": "0",
+            "gas": str(GAS),
+            "nonce": "0",
+            "deadline": deadline,
+            "data": data,
+        }
+        signature = ethereum.sign_forward_request(domain, forward, signer.key)
+        bodies.append({"request": request, "signature": signature})
+    return bodies
+
+
+async def _submit(api_url: str, key: str, kind: str, bodies: list[dict[str, Any]]) -> None:
+    limit = asyncio.Semaphore(32)
+    async with httpx.AsyncClient(base_url=api_url, headers={"X-API-Key": key}, timeout=30) as http:
+
+        async def one(body: dict[str, Any]) -> None:
+            async with limit:
+                response = await http.post(f"/api/v1/relay/{kind}", json=body)
+            check(response.status_code == 202, response.text)
+
+        await asyncio.gather(*(one(body) for body in bodies))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.chain", description=__doc__)
+    parser.add_argument("--transactions", type=int, default=1000)
+    parser.add_argument("--kind", choices=("direct", "gasless"), default="direct")
+    parser.add_argument("--block-time", type=float, default=0.0, help="0: a block per send")
+    args = parser.parse_args()
+    result = asyncio.run(measure(args.transactions, args.kind, args.block_time))
+    result["machine"] = {"cpus": os.cpu_count()}
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    path = RESULTS / f"chain-{args.kind}-{stamp}.json"
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))  # noqa: T201
+    print(f"results: {path.relative_to(ROOT)}")  # noqa: T201
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

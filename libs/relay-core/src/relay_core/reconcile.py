@@ -1,0 +1,341 @@
+"""The reconciler: settles rows that no other loop would look at again.
+
+Every non-final state has a watcher (docs/runbook.md). Two of them are here, because the others
+cannot see them:
+
+* **A pending row whose message is gone.** It was enqueued (``enqueued_at`` set) longer than
+  ``reconcile_pending_after_s`` ago and no consumer has claimed it since: its message was lost
+  (an SQS server that lost its state, a purge, retention) or dead-lettered by the redrive policy
+  (consumers could not act on it: killed on its last receive, or dying on it every time). It
+  is enqueued again (a duplicate message is harmless: claims are compare-and-set), also the
+  first time its message is found in the dead-letter queue. The second time (``dead_letters``
+  counts them) a row that was never sent to the executor is failed with a ``dead_lettered``
+  reason and a gasless sender's in-flight nonce is released; the message stays in the DLQ for
+  an operator. A row an earlier attempt may have sent (in doubt) is never failed here.
+* **A submitted row the executor has lost.** The tracker marks a row whose executor record
+  answers 404 (``upstream_missing_since``). Once that is ``reconcile_missing_after_s`` old, the
+  reconciler asks the executor once more (no answer: next pass; found again: the mark is
+  cleared), then, with an RPC URL, the chain: a receipt settles it as ``confirmed`` or
+  ``failed`` by its status. Otherwise it is failed with the reason and an error is logged: its
+  hash (if any) must be checked on chain by hand.
+
+It runs as a loop in every consumer process and as ``relay reconcile --once``. Several may run
+at once: every change is a compare-and-set, so a row is settled once.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from relay_core import evm
+from relay_core.cache import StatusCache
+from relay_core.db.models import Transaction, utcnow
+from relay_core.db.transitions import touch, transition
+from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+from relay_core.queue import PoisonMessage, TransactionMessage, send_batch
+from relay_core.settings import InfraSettings
+from relay_core.statuses import TxStatus, is_terminal
+from relay_core.tracking import apply_upstream, interpret
+from relay_core.views import status_entry
+
+log = logging.getLogger(__name__)
+
+SOURCE = "reconciler"
+# The pipeline counts dead-lettered transactions by this event source.
+SOURCE_DLQ = "consumer.dlq"
+# How many dead-letter messages one pass reads to learn which rows they hold.
+DLQ_SCAN_LIMIT = 10_000
+
+
+@dataclass
+class Report:
+    requeued: int = 0
+    dead_lettered: int = 0
+    lost_upstream: int = 0
+    examined: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "requeued": self.requeued,
+            "deadLettered": self.dead_lettered,
+            "lostUpstream": self.lost_upstream,
+            "examined": self.examined,
+        }
+
+
+class Reconciler:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        sqs: Any,
+        queue_url: str,
+        dlq_url: str,
+        settings: InfraSettings,
+        cache: StatusCache | None = None,
+        *,
+        executor: ExecutorClient | None = None,
+        rpc: evm.EvmRpc | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._sqs = sqs
+        self._queue_url = queue_url
+        self._dlq_url = dlq_url
+        self._pending_after = timedelta(seconds=settings.reconcile_pending_after_s)
+        self._missing_after = timedelta(seconds=settings.reconcile_missing_after_s)
+        self._batch = settings.reconcile_batch
+        self._cache = cache
+        self._executor = executor
+        self._rpc = rpc
+
+    async def run_once(self) -> Report:
+        report = Report()
+        await self._stranded_pending(report)
+        await self._lost_upstream(report)
+        if report.requeued or report.dead_lettered or report.lost_upstream:
+            log.warning("reconcile.settled", extra=report.summary())
+        return report
+
+    # --- pending rows without a message ------------------------------------------------------
+
+    async def _stranded_pending(self, report: Report) -> None:
+        cutoff = utcnow() - self._pending_after
+        async with self._sessions() as session:
+            rows = await _stranded(session, cutoff, self._batch)
+        if not rows:
+            return
+        report.examined += len(rows)
+        in_dlq = await self._dead_letters({tx.id for tx in rows})
+        to_send: list[Transaction] = []
+        for tx in rows:
+            reason = in_dlq.get(tx.id)
+            if reason is not None and tx.submit_started_at is None and tx.dead_letters >= 1:
+                await self._dead_lettered(tx, reason, report)
+                continue
+            # Lost, dead-lettered once, or in doubt (an earlier submit may have reached the
+            # executor: never failed here): a fresh message lets a consumer decide.
+            again = {"dead_letters": tx.dead_letters + 1} if reason is not None else {}
+            if await self._write(tx, tx.status, enqueued_at=utcnow(), **again):
+                to_send.append(tx)
+        await self._send(to_send, report)
+
+    async def _dead_lettered(self, tx: Transaction, reason: str, report: Report) -> None:
+        text = f"dead_lettered: {reason}; never sent to the executor"
+        if await self._write(
+            tx, TxStatus.failed, reason=text, source=SOURCE_DLQ, error=text, inflight_key=None
+        ):
+            report.dead_lettered += 1
+            log.error("reconcile.dead_lettered", extra={"transactionId": tx.id, "why": reason})
+
+    async def _send(self, rows: Sequence[Transaction], report: Report) -> None:
+        for start in range(0, len(rows), 10):
+            chunk = rows[start : start + 10]
+            messages = [TransactionMessage.new(tx.id, tx.type) for tx in chunk]
+            try:
+                sent = await send_batch(self._sqs, self._queue_url, messages)
+            except Exception as exc:
+                sent = set()
+                report.notes.append(f"send failed: {exc}")
+            for tx in chunk:
+                if tx.id in sent:
+                    report.requeued += 1
+                    log.warning("reconcile.requeued", extra={"transactionId": tx.id})
+                else:
+                    # Back to the outbox: the API's sweeper sends it once SQS answers.
+                    await self._write(tx, tx.status, enqueued_at=None)
+
+    async def _dead_letters(self, wanted: set[str]) -> dict[str, str]:
+        """Which of ``wanted`` have a message in the DLQ, with the reason it carries. Reads
+        the DLQ (hiding what it read for a moment), then makes it all visible again."""
+        found: dict[str, str] = {}
+        handles: list[str] = []
+        seen: set[str] = set()
+        try:
+            while len(seen) < DLQ_SCAN_LIMIT and len(found) < len(wanted):
+                response = await self._sqs.receive_message(
+                    QueueUrl=self._dlq_url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=0,
+                    VisibilityTimeout=60,
+                    MessageAttributeNames=["All"],
+                )
+                messages = response.get("Messages", [])
+                fresh = [m for m in messages if m["MessageId"] not in seen]
+                if not fresh:
+                    break
+                for message in fresh:
+                    seen.add(message["MessageId"])
+                    handles.append(message["ReceiptHandle"])
+                    try:
+                        transaction_id = TransactionMessage.parse(message["Body"]).transaction_id
+                    except PoisonMessage:
+                        continue
+                    if transaction_id in wanted:
+                        found[transaction_id] = _dead_letter_reason(message)
+        finally:
+            await self._reveal(handles)
+        return found
+
+    async def _reveal(self, handles: list[str]) -> None:
+        for start in range(0, len(handles), 10):
+            entries = [
+                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
+                for i, handle in enumerate(handles[start : start + 10])
+            ]
+            try:
+                await self._sqs.change_message_visibility_batch(
+                    QueueUrl=self._dlq_url, Entries=entries
+                )
+            except Exception as exc:  # they reappear after the 60 s anyway
+                log.info("reconcile.dlq_reveal_failed", extra={"error": str(exc)})
+
+    # --- rows the executor has lost ----------------------------------------------------------
+
+    async def _lost_upstream(self, report: Report) -> None:
+        cutoff = utcnow() - self._missing_after
+        async with self._sessions() as session:
+            rows = await _missing_upstream(session, cutoff, self._batch)
+        report.examined += len(rows)
+        for tx in rows:
+            if await self._still_known(tx):
+                continue
+            if await self._settled_on_chain(tx, report):
+                continue
+            since = tx.upstream_missing_since
+            text = (
+                f"the executor lost this transaction: its record {tx.executor_tx_id} has been "
+                f"missing since {since:%Y-%m-%d %H:%M:%S} UTC"
+                + (f"; check hash {tx.hash} on chain" if tx.hash else "; it had no hash yet")
+            )
+            if await self._write(tx, TxStatus.failed, reason=text, error=text, inflight_key=None):
+                report.lost_upstream += 1
+                log.error(
+                    "reconcile.executor_lost",
+                    extra={
+                        "transactionId": tx.id,
+                        "executorTxId": tx.executor_tx_id,
+                        "hash": tx.hash,
+                        "missingSince": str(since),
+                    },
+                )
+
+    async def _still_known(self, tx: Transaction) -> bool:
+        """Ask the executor once more before giving up: True if it answers anything but 404
+        (found again: the mark is cleared; no answer: the row waits for the next pass)."""
+        if self._executor is None or tx.executor_tx_id is None:
+            return False
+        try:
+            upstream = await self._executor.get(tx.executor_tx_id)
+        except ExecutorError as exc:
+            return exc.kind is not ErrorKind.not_found
+        view = interpret(upstream.raw)
+        async with self._sessions() as session, session.begin():
+            if view is None:
+                written = await touch(
+                    session, tx, upstream_missing_since=None, last_synced_at=utcnow()
+                )
+            else:
+                written = await apply_upstream(session, tx, view, source=SOURCE)
+        if written and self._cache is not None:
+            await self._cache.put_quietly(
+                tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
+            )
+        return True
+
+    async def _settled_on_chain(self, tx: Transaction, report: Report) -> bool:
+        """With an RPC URL and a hash, the chain says what became of it."""
+        if self._rpc is None or not tx.hash:
+            return False
+        try:
+            receipt = await self._rpc.receipt(tx.hash)
+        except (evm.RpcError, evm.RpcUnavailable):
+            return True  # cannot tell now: next pass
+        if receipt is None:
+            return False
+        succeeded = int(str(receipt.get("status", "0x0")), 16) == 1
+        block = int(str(receipt.get("blockNumber", "0x0")), 16)
+        status = TxStatus.confirmed if succeeded else TxStatus.failed
+        text = f"the executor lost its record; the chain has it in block {block}" + (
+            "" if succeeded else ", reverted"
+        )
+        values: dict[str, Any] = {"inflight_key": None, "upstream_missing_since": None}
+        if succeeded:
+            values["confirmed_at"] = utcnow()
+        else:
+            values["error"] = text
+        if await self._write(tx, status, reason=text, **values):
+            report.lost_upstream += 1
+            log.warning(
+                "reconcile.settled_on_chain",
+                extra={"transactionId": tx.id, "hash": tx.hash, "status": status.value},
+            )
+        return True
+
+    # --- writes -------------------------------------------------------------------------------
+
+    async def _write(
+        self,
+        tx: Transaction,
+        status: str,
+        *,
+        reason: str | None = None,
+        source: str = SOURCE,
+        **values: Any,
+    ) -> bool:
+        async with self._sessions() as session, session.begin():
+            if status == tx.status:
+                written = await touch(session, tx, **values)
+            else:
+                written = await transition(
+                    session, tx, status, source=source, reason=reason, **values
+                )
+        if written and self._cache is not None:
+            await self._cache.put_quietly(
+                tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
+            )
+        return written
+
+
+async def _stranded(session: AsyncSession, enqueued_before: datetime, limit: int) -> list[Any]:
+    rows = await session.execute(
+        select(Transaction)
+        .where(
+            Transaction.status == TxStatus.pending.value,
+            Transaction.enqueued_at.is_not(None),
+            Transaction.enqueued_at < enqueued_before,
+        )
+        .order_by(Transaction.enqueued_at)
+        .limit(limit)
+    )
+    found = list(rows.scalars())
+    session.expunge_all()
+    return found
+
+
+async def _missing_upstream(session: AsyncSession, since_before: datetime, limit: int) -> list[Any]:
+    rows = await session.execute(
+        select(Transaction)
+        .where(
+            Transaction.upstream_missing_since.is_not(None),
+            Transaction.upstream_missing_since < since_before,
+            Transaction.status.in_([TxStatus.submitted.value, TxStatus.mined.value]),
+        )
+        .order_by(Transaction.upstream_missing_since)
+        .limit(limit)
+    )
+    found = list(rows.scalars())
+    session.expunge_all()
+    return found
+
+
+def _dead_letter_reason(message: dict[str, Any]) -> str:
+    attributes = message.get("MessageAttributes") or {}
+    reason = (attributes.get("deadLetterReason") or {}).get("StringValue")
+    return str(reason) if reason else "moved to the DLQ by the redrive policy"
