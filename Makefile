@@ -56,6 +56,10 @@ test: install tools chain pipeline-deps ## run every test (needs MariaDB and Red
 test-faults: install tools chain ## the outage scenarios on real processes (~10 min; CI runs them as a step)
 	$(UV) run --locked pytest -m faults tests/faults
 
+.PHONY: test-fuzz
+test-fuzz: install tools chain ## fuzz the running API over its OpenAPI (schemathesis, ~3 min; a CI step)
+	$(UV) run --locked pytest -m fuzz tests/fuzz -s
+
 .PHONY: test-stress
 test-stress: install tools ## the load tests (1,000 transactions through two consumers)
 	$(UV) run --locked pytest -m stress services/queue-consumer/tests

@@ -364,6 +364,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--consumer-cases", help="comma-separated LATENCYxPROCESSES, e.g. 0x1,200x2"
     )
+    parser.add_argument(
+        "--spend-policy",
+        choices=("rules", "budget"),
+        help="the API's client has a spend policy its load keeps: the per-transaction rules, "
+        "or those and a daily budget (a reservation in the database per request)",
+    )
     parser.add_argument("--name", help="results file name (default: kind + UTC time)")
     parser.add_argument("--note", action="append", default=[], help="a note stored with results")
     args = parser.parse_args(argv)
@@ -390,8 +396,13 @@ def main(argv: list[str] | None = None) -> int:
     else:
         os.environ.pop("BENCH_EXPERIMENTS", None)
 
+    if args.spend_policy:
+        os.environ["BENCH_SPEND_POLICY"] = args.spend_policy  # read where the client is made
+    else:
+        os.environ.pop("BENCH_SPEND_POLICY", None)
     results, failures = asyncio.run(run_all(args, scale))
     results["notes"] = args.note
+    results["spend_policy"] = args.spend_policy
     results["experiments"] = sorted(experiments.enabled())
     table = report.rows(results, smoke=args.smoke)
     results["table"] = [row.as_dict() for row in table]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -29,7 +30,11 @@ from bench.loadgen import latency_summary
 from relay_core import apikeys
 from relay_core.db.models import utcnow
 
-BODY = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
+# One wei and a gas limit: with ``--spend-policy`` every rule of the client's policy (and its
+# daily budget's reservation) runs on every request; without it the same body costs nothing.
+BODY = json.dumps(
+    {"to": infra.DEAD, "data": "0x", "value": "1", "gasLimit": "100000", "speed": "fast"}
+)
 
 
 @dataclass
@@ -84,7 +89,9 @@ async def start_api_server(run: Run, label: str) -> ApiServer:
     database_url = run.database(label)
     queue_name = f"bench-{run.run_id}-{label}"
     key = apikeys.generate_key()
-    client_id = infra.create_client(database_url, key)
+    client_id = infra.create_client(
+        database_url, key, spend_policy=os.environ.get("BENCH_SPEND_POLICY")
+    )
     async with run.sqs_client(queue_name) as sqs:
         await run.create_queues(sqs, queue_name)
     process, port = run.spawn_server(f"api-{label}", "api", run.api_env(database_url, queue_name))

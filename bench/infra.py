@@ -352,9 +352,17 @@ async def delete_redis_prefix(prefix: str) -> int:
 # --- rows and messages, bypassing the API --------------------------------------------------
 
 
-def create_client(database_url: str, key: str | None = None, name: str = "bench") -> str:
+def create_client(
+    database_url: str,
+    key: str | None = None,
+    name: str = "bench",
+    *,
+    spend_policy: str | None = None,
+) -> str:
     """Insert an API client (with ``key`` if given) whose rate limit the benchmarks cannot
-    reach; returns its id."""
+    reach; returns its id. ``spend_policy``: ``rules`` sets every per-transaction rule of a
+    spend policy, ``budget`` those and a daily budget (a reservation on each request); the
+    benchmark's requests break none of them."""
     engine = create_engine(sync_url(database_url))
     client_id = str(uuid.uuid4())
     secret = key or apikeys.generate_key()
@@ -371,6 +379,16 @@ def create_client(database_url: str, key: str | None = None, name: str = "bench"
                 # runs on every request (a Redis script call), and never refuses one.
                 rate_limit_per_s=1_000_000.0,
                 rate_limit_burst=1_000_000,
+                **(
+                    {
+                        "policy_allowed_to": [DEAD.lower()],
+                        "policy_max_value_wei": str(10**18),
+                        "policy_daily_value_wei": str(10**30) if spend_policy == "budget" else None,
+                        "policy_max_gas": 1_000_000,
+                    }
+                    if spend_policy
+                    else {}
+                ),
             )
         )
     engine.dispose()

@@ -5,7 +5,6 @@ prefix."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
@@ -20,7 +19,7 @@ from relay_core import evm, localchain
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
-from relay_core.testing import Stub, new_api_key, start_stub, wait_http
+from relay_core.testing import Stub, infra_process_env, new_api_key, start_stub, wait_http
 
 WEBHOOK_KEY = "chain-tests-webhook-signing-key-0123456789"
 
@@ -89,27 +88,20 @@ async def stack(
     api_url = f"http://127.0.0.1:{api_port}"
     chain_stub.webhook(f"{api_url}/api/v1/webhooks/oz-relayer", WEBHOOK_KEY)
     await queue_mod.create_queues(sqs, InfraSettings(**infra_env))
-    env = {
-        **os.environ,
-        "RELAY_ENV": "test",
-        "DATABASE_URL": infra_env["database_url"],
-        "AWS_ENDPOINT_URL": infra_env["aws_endpoint_url"],
-        "RELAY_QUEUE_NAME": infra_env["queue_name"],
-        "RELAY_DLQ_NAME": infra_env["dlq_name"],
-        "REDIS_URL": infra_env["redis_url"],
-        "RELAY_REDIS_PREFIX": infra_env["redis_prefix"],
-        "RELAY_EXECUTOR_URL": chain_stub.base_url,
-        "RELAY_CHAIN_RPC_URL": anvil.rpc_url,
-        "RELAY_CHAIN_ID": str(deployment.chain_id),
-        "RELAY_FORWARDER_ADDRESS": deployment.forwarder,
-        "RELAY_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY,
-        "RELAY_TRACKER_STALE_S": "2",
-        "RELAY_TRACKER_INTERVAL_S": "0.5",
-        "RELAY_CONSUMER_NONCE_POLL_S": "0.3",
-        "RELAY_CONSUMER_WAIT_TIME_S": "1",
-        "RELAY_CONSUMER_HEARTBEAT_FILE": str(tmp_path / "heartbeat"),
-        "PORT": str(api_port),
-    }
+    env = infra_process_env(
+        infra_env,
+        RELAY_EXECUTOR_URL=chain_stub.base_url,
+        RELAY_CHAIN_RPC_URL=anvil.rpc_url,
+        RELAY_CHAIN_ID=str(deployment.chain_id),
+        RELAY_FORWARDER_ADDRESS=deployment.forwarder,
+        RELAY_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
+        RELAY_TRACKER_STALE_S="2",
+        RELAY_TRACKER_INTERVAL_S="0.5",
+        RELAY_CONSUMER_NONCE_POLL_S="0.3",
+        RELAY_CONSUMER_WAIT_TIME_S="1",
+        RELAY_CONSUMER_HEARTBEAT_FILE=str(tmp_path / "heartbeat"),
+        PORT=str(api_port),
+    )
     # twenty transactions polled five times a second each: above the default rate limit
     key = new_api_key(env, "chain", rate_per_s=1000, burst=2000)
     processes: list[subprocess.Popen[bytes]] = []

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 from api_testkit import DEAD
 
 from relay_core.localsqs import free_port
+from relay_core.testing import infra_process_env
 
 
 @pytest.fixture
@@ -22,17 +22,10 @@ def server(
     infra_env: dict[str, Any], queues: tuple[str, str], api_key: str
 ) -> Iterator[tuple[str, str]]:
     port = free_port()
-    env = {
-        **os.environ,
-        "RELAY_ENV": "test",
-        "DATABASE_URL": infra_env["database_url"],
-        "AWS_ENDPOINT_URL": infra_env["aws_endpoint_url"],
-        "RELAY_QUEUE_NAME": infra_env["queue_name"],
-        "RELAY_DLQ_NAME": infra_env["dlq_name"],
-        "REDIS_URL": infra_env["redis_url"],
-        "RELAY_REDIS_PREFIX": infra_env["redis_prefix"],
-        "PORT": str(port),
-    }
+    env = infra_process_env(
+        infra_env,
+        PORT=str(port),
+    )
     process = subprocess.Popen(
         [sys.executable, "-m", "relay_api.cli", "serve"],
         env=env,

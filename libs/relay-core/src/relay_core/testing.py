@@ -106,6 +106,22 @@ def start_stub(directory: Path, port: int | None = None, **env: str) -> Stub:
     return Stub(port or free_port(), directory / "relayer-stub.sqlite3", env).start()
 
 
+def infra_process_env(infra: dict[str, Any], **extra: str) -> dict[str, str]:
+    """The environment of a Relay process pointed at a test's ``infra_env`` (its database,
+    queues and Redis prefix), with ``extra`` variables on top."""
+    return {
+        **os.environ,
+        "RELAY_ENV": "test",
+        "DATABASE_URL": infra["database_url"],
+        "AWS_ENDPOINT_URL": infra["aws_endpoint_url"],
+        "RELAY_QUEUE_NAME": infra["queue_name"],
+        "RELAY_DLQ_NAME": infra["dlq_name"],
+        "REDIS_URL": infra["redis_url"],
+        "RELAY_REDIS_PREFIX": infra["redis_prefix"],
+        **extra,
+    }
+
+
 def relay_command(env: dict[str, str], *args: str) -> str:
     """Run the operator's ``relay`` command as a process; returns what it printed."""
     return subprocess.run(
@@ -119,11 +135,17 @@ def relay_command(env: dict[str, str], *args: str) -> str:
 
 
 def new_api_key(
-    env: dict[str, str], name: str, *, rate_per_s: float | None = None, burst: int | None = None
+    env: dict[str, str],
+    name: str,
+    *,
+    admin: bool = False,
+    rate_per_s: float | None = None,
+    burst: int | None = None,
 ) -> str:
     """A client made as an operator makes one (``relay keys create``), optionally with its own
     rate limit (``relay clients policy``); returns its key."""
-    key = relay_command(env, "keys", "create", "--name", name).strip().splitlines()[-1]
+    create = ["keys", "create", "--name", name, *(["--admin"] if admin else [])]
+    key = relay_command(env, *create).strip().splitlines()[-1]
     if rate_per_s is not None and burst is not None:
         relay_command(
             env, "clients", "policy", name, "--rate-per-s", str(rate_per_s), "--burst", str(burst)

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from relay_api import errors
+from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit
@@ -42,4 +43,5 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.include_router(relay_router)
     app.include_router(webhooks_router)
     app.include_router(clients_router)
+    app.include_router(clients_admin_router)
     return app

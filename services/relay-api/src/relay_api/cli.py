@@ -5,6 +5,8 @@ relay keys create --name NAME [--admin]   prints the new key alone on the last l
 relay keys list | relay keys revoke CLIENT_ID
 relay clients show CLIENT                 a client's settings and limits (CLIENT: id or name)
 relay clients policy CLIENT [--rate-per-s R --burst N | --default-rate]
+        [--allow-to ADDR ... | --any-destination] [--max-value WEI|none]
+        [--daily-value WEI|none] [--max-gas GAS|none] [--[no-]gasless-value]
 relay clients rotate-callback-secret CLIENT   a new callback signing secret, printed once
 relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL / AWS
 relay sweep --once                    enqueue committed rows that never reached SQS
@@ -91,47 +93,83 @@ async def _keys_revoke(settings: ApiSettings, client_id: str) -> int:
 
 
 async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
-    from relay_api.clients import repository
+    from relay_api.clients import service
     from relay_core.db.engine import create_engine, create_sessionmaker
+    from relay_core.errors import RelayError
 
     engine = create_engine(settings)
     try:
         async with create_sessionmaker(engine)() as session, session.begin():
-            found = await repository.by_id_or_name(session, args.client)
-            if len(found) != 1:
-                what = "no client" if not found else f"{len(found)} clients"
-                _err(f"{what} named or numbered {args.client!r}; use the id (relay keys list)")
-                return 1
-            client = found[0]
-            if args.action == "rotate-callback-secret":
-                from relay_core import apikeys
+            try:
+                client = await service.find(session, args.client)
+                if args.action == "rotate-callback-secret":
+                    from relay_core import apikeys
 
-                client.callback_secret = apikeys.generate_callback_secret()
-                _out(f"new callback signing secret of {client.name} (shown once):")
-                _out(client.callback_secret)
-                return 0
-            if args.action == "policy":
-                if args.default_rate:
-                    client.rate_limit_per_s = client.rate_limit_burst = None
-                elif args.rate_per_s is not None or args.burst is not None:
-                    if args.rate_per_s is None or args.burst is None:
-                        _err("--rate-per-s and --burst go together")
-                        return 2
-                    client.rate_limit_per_s, client.rate_limit_burst = args.rate_per_s, args.burst
-            _show_client(client, settings)
+                    client.callback_secret = apikeys.generate_callback_secret()
+                    _out(f"new callback signing secret of {client.name} (shown once):")
+                    _out(client.callback_secret)
+                    return 0
+                if args.action == "policy":
+                    service.change(client, _policy_changes(args), settings)
+                    await session.flush()
+                _show_client(await service.view(session, client, settings))
+            except RelayError as exc:
+                _err(exc.detail)
+                return 1 if exc.status_code == 404 else 2
     finally:
         await engine.dispose()
     return 0
 
 
-def _show_client(client: Any, settings: ApiSettings) -> None:
-    own = client.rate_limit_per_s is not None
-    rate = client.rate_limit_per_s if own else settings.rate_limit_per_s
-    burst = client.rate_limit_burst if own else settings.rate_limit_burst
-    _out(f"client      {client.id}  {client.name}  ({client.role})")
-    _out(f"key         {client.key_prefix}…  {'revoked' if client.revoked_at else 'active'}")
-    _out(f"rate limit  {rate:g}/s, burst {burst}  ({'its own' if own else 'the default'})")
-    _out(f"callback    {client.callback_url or '-'}")
+def _policy_changes(args: argparse.Namespace) -> dict[str, Any]:
+    """The flags of ``relay clients policy`` as the changes the admin endpoint takes."""
+    changes: dict[str, Any] = {}
+    if args.default_rate:
+        changes.update(rateLimitPerS=None, rateLimitBurst=None)
+    elif args.rate_per_s is not None or args.burst is not None:
+        changes.update(rateLimitPerS=args.rate_per_s, rateLimitBurst=args.burst)
+    if args.any_destination:
+        changes["allowedTo"] = []
+    elif args.allow_to:
+        changes["allowedTo"] = args.allow_to
+    for flag, field in (
+        ("max_value", "maxValueWei"),
+        ("daily_value", "dailyValueWei"),
+        ("max_gas", "maxGas"),
+    ):
+        value = getattr(args, flag)
+        if value == "none":
+            changes[field] = None
+        elif value is not None:
+            changes[field] = int(value) if field == "maxGas" and value.isdigit() else value
+    if args.gasless_value is not None:
+        changes["gaslessValue"] = args.gasless_value
+    return changes
+
+
+def _show_client(view: dict[str, Any]) -> None:
+    rate, spend = view["rateLimit"], view["policy"]
+    _out(f"client        {view['id']}  {view['name']}  ({view['role']})")
+    _out(f"key           {view['keyPrefix']}…  {'revoked' if view['revoked'] else 'active'}")
+    _out(
+        f"rate limit    {rate['perSecond']:g}/s, burst {rate['burst']}  "
+        f"({'its own' if rate['own'] else 'the default'})"
+    )
+    _out(f"callback      {view['callbackUrl'] or '-'}")
+    _out(f"allowed to    {', '.join(spend['allowedTo']) or 'any destination'}")
+    _out(f"max value     {_wei(spend['maxValueWei'])} per transaction")
+    _out(
+        f"daily budget  {_wei(spend['dailyValueWei'])} per 24 hours "
+        f"(reserved in the last 24 hours: {_wei(view['spentLast24hWei'])})"
+    )
+    _out(f"max gas       {spend['maxGas'] if spend['maxGas'] is not None else 'no limit'}")
+    _out(f"gasless value {'allowed' if spend['gaslessValue'] else 'refused'}")
+
+
+def _wei(value: str | None) -> str:
+    if value is None:
+        return "no limit"
+    return f"{value} wei ({int(value) / 10**18:g} ETH)"
 
 
 def _err(line: str) -> None:
@@ -285,6 +323,28 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_argument("--burst", type=_positive_int, help="requests at once")
     policy.add_argument(
         "--default-rate", action="store_true", help="back to the deployment's default"
+    )
+    allowed = policy.add_mutually_exclusive_group()
+    allowed.add_argument(
+        "--allow-to",
+        action="append",
+        metavar="ADDRESS",
+        help="a destination it may call (repeat for more; replaces the list)",
+    )
+    allowed.add_argument("--any-destination", action="store_true", help="clear the allowlist")
+    policy.add_argument("--max-value", metavar="WEI|none", help="most value per transaction")
+    policy.add_argument("--daily-value", metavar="WEI|none", help="most value per rolling 24 h")
+    policy.add_argument("--max-gas", metavar="GAS|none", help="highest gas limit")
+    gasless = policy.add_mutually_exclusive_group()
+    gasless.add_argument(
+        "--gasless-value",
+        dest="gasless_value",
+        action="store_const",
+        const=True,
+        help="let its gasless requests carry value (the relayer pays it)",
+    )
+    gasless.add_argument(
+        "--no-gasless-value", dest="gasless_value", action="store_const", const=False
     )
 
     rotate = clients.add_parser(

@@ -6,11 +6,12 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Annotated
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Request, Security
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import Caller
 from relay_api.limits.service import Limit
+from relay_api.openapi import API_KEY
 from relay_api.runtime import Runtime
 from relay_core.errors import Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
@@ -90,7 +91,7 @@ UowDep = Annotated[UnitOfWork, Depends(get_uow, scope="function")]
 async def get_caller(
     request: Request,
     runtime: RuntimeDep,
-    x_api_key: Annotated[str | None, Header(include_in_schema=False)] = None,
+    x_api_key: Annotated[str | None, Security(API_KEY)] = None,
 ) -> Caller:
     """The calling client, within its rate limit (429 past it, before any work is done).
     Requests without a valid key are limited per source address, so guessing keys is slow."""

@@ -10,6 +10,7 @@ from fastapi.exceptions import RequestValidationError
 from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.routing import Match
 
 from relay_api.responses import Json
 from relay_core.errors import RelayError
@@ -54,11 +55,26 @@ async def _on_relay_error(_: Request, exc: RelayError) -> Json:
     return response
 
 
-async def _on_http(_: Request, exc: StarletteHTTPException) -> Json:
+async def _on_http(request: Request, exc: StarletteHTTPException) -> Json:
     codes = {404: "not_found", 405: "method_not_allowed", 413: "payload_too_large"}
-    return error_response(
+    response = error_response(
         exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail)
     )
+    response.headers.update(exc.headers or {})
+    if exc.status_code == 405:
+        response.headers["Allow"] = ", ".join(_allowed_methods(request))
+    return response
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    """Every method some route serves on this path (Starlette names only the first route's,
+    and two routes may share a path: GET and PATCH of an admin client)."""
+    allowed: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match != Match.NONE:
+            allowed |= set(getattr(route, "methods", None) or ())
+    return sorted(allowed)
 
 
 async def _on_database(request: Request, exc: Exception) -> Json:

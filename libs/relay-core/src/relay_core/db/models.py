@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Float,
     ForeignKey,
@@ -66,6 +67,26 @@ class ApiClient(Base):
     # This client's rate limit (a token bucket); None: the deployment's default.
     rate_limit_per_s: Mapped[float | None] = mapped_column(Float, default=None)
     rate_limit_burst: Mapped[int | None] = mapped_column(Integer, default=None)
+    # Its spend policy (relay_core.policy); None: no limit. Wei as decimal strings.
+    policy_allowed_to: Mapped[list[str] | None] = mapped_column(JSON, default=None)
+    policy_max_value_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    policy_daily_value_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    policy_max_gas: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    policy_gasless_value: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # Written by each daily-budget reservation: the lock that makes them one at a time.
+    policy_spend_lock: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class ClientSpend(Base):
+    """Value reserved against a client's daily budget, per five minutes (relay_core.policy)."""
+
+    __tablename__ = "client_spend"
+
+    client_id: Mapped[str] = mapped_column(
+        String(36), ForeignKey("api_clients.id"), primary_key=True
+    )
+    bucket: Mapped[datetime] = mapped_column(Timestamp, primary_key=True)
+    value_wei: Mapped[str] = mapped_column(String(80))
 
 
 class Transaction(Base):

@@ -63,6 +63,7 @@ from relay_core import ethereum, evm
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.policy import PolicyCache, PolicyRefused, Spend, over_budget
 from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType, is_terminal
 
@@ -111,6 +112,7 @@ class TransactionProcessor:
         self.guard = guard
         self.lookup = lookup
         self.rpc = rpc
+        self.policies = PolicyCache(sessions) if sessions is not None else None
         self._nonce_wait = timedelta(seconds=settings.consumer_nonce_wait_s)
         self.consumer_id = settings.consumer_id
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
@@ -183,11 +185,41 @@ class TransactionProcessor:
             ):
                 return await self._lost_claim(tx.id)
             return Outcome.done("expired")
+        refused = await self._refused_by_policy(tx)
+        if refused is not None:
+            return refused
         if tx.type == TxType.gasless and self.rpc is not None:
             held = await self._nonce_turn(tx)
             if held is not None:
                 return held
         return await self._submit(tx, owner)
+
+    async def _refused_by_policy(self, tx: Transaction) -> Outcome | None:
+        """The client's spend policy, as it is now, checked again before anything is sent
+        (relay_core.policy): a policy tightened after a leak stops what is already queued."""
+        if self.policies is None:
+            return None
+        current = await self.policies.get(tx.client_id)
+        if current is None:
+            return None
+        spend = Spend.of(tx.type, tx.request)
+        try:
+            current.check(spend)
+            if spend.value > 0 and current.daily_value_wei is not None:
+                async with self.sessions() as session:
+                    over = await over_budget(session, tx.client_id, current, utcnow())
+                if over is not None:
+                    raise PolicyRefused(
+                        "dailyValueWei",
+                        f"this client's last 24 hours hold {over} wei, above its budget of "
+                        f"{current.daily_value_wei}",
+                    )
+        except PolicyRefused as refused:
+            reason = f"refused before submission: {refused.detail}"
+            if not await self._finish(tx, TxStatus.failed, reason, inflight_key=None):
+                return await self._lost_claim(tx.id)
+            return Outcome(Failure.permanent, reason, action="policy_refused")
+        return None
 
     async def _nonce_turn(self, tx: Transaction) -> Outcome | None:
         """A gasless request goes to the executor only when the forwarder expects its nonce
@@ -430,6 +462,9 @@ class TransactionProcessor:
             return await self._lost_claim(tx.id)
         if self._budget_spent(tx):
             return await self._give_up(tx, "no attempt got an answer from the executor")
+        refused = await self._refused_by_policy(tx)
+        if refused is not None:
+            return refused
         if tx.type == TxType.gasless and self.rpc is not None:
             held = await self._nonce_turn(tx)
             if held is not None:

@@ -17,6 +17,7 @@ from relay_api.limits.service import Limit
 from relay_core import apikeys
 from relay_core.db.models import ApiClient
 from relay_core.errors import Unauthorized
+from relay_core.policy import NO_POLICY, SpendPolicy
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class Caller:
     role: str
     callback_url: str | None = None
     limit: Limit | None = None  # its own rate limit; None: the deployment's default
+    policy: SpendPolicy = NO_POLICY
 
     @property
     def is_admin(self) -> bool:
@@ -128,6 +130,7 @@ class Authenticator:
             role=client.role,
             callback_url=client.callback_url,
             limit=limit,
+            policy=SpendPolicy.of(client),
         )
         if self._ttl_s > 0:
             if len(self._verified) > 10_000:

@@ -1,20 +1,32 @@
-"""Per-client settings: the callback URL for status notifications."""
+"""Per-client settings: a client's own callback URL; any client's limits, for operators."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
-from relay_api.clients import repository
+from fastapi import APIRouter, Path
+
+from relay_api.auth.service import Caller
+from relay_api.clients import repository, service
+from relay_api.clients.schemas import ClientChanges, ClientView
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep
+from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay.schemas import CallbackRequest, CallbackResponse
 from relay_api.relay.service import check_callback_url
 from relay_api.responses import Json
 from relay_core import apikeys
+from relay_core.errors import Forbidden
 
 router = APIRouter(prefix="/api/v1/clients", tags=["clients"])
 
 
-@router.put("/me/callback", response_model=CallbackResponse, dependencies=[JsonBody])
+@router.put(
+    "/me/callback",
+    response_model=CallbackResponse,
+    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={400: "A URL Relay will not call"}),
+    dependencies=[JsonBody],
+    operation_id="setCallback",
+)
 async def set_callback(
     body: CallbackRequest, caller: CallerDep, uow: UowDep, runtime: RuntimeDep
 ) -> Json:
@@ -36,3 +48,60 @@ async def set_callback(
     await uow.session.flush()
     runtime.authenticator.forget(caller.id)
     return Json({"url": client.callback_url, "secret": shown})
+
+
+# --- operators: any client's settings, with an admin key --------------------------------------
+
+admin_router = APIRouter(prefix="/api/v1/admin/clients", tags=["admin"])
+
+ClientRef = Annotated[
+    str, Path(alias="client", min_length=1, max_length=100, description="client id, or its name")
+]
+ADMIN_NOTES = {
+    403: "The key is not an admin key",
+    404: "No client with this id, or more than one with this name",
+}
+
+
+def _require_admin(caller: Caller) -> None:
+    if not caller.is_admin:
+        raise Forbidden("this endpoint needs an admin key (relay keys create --admin)")
+
+
+@admin_router.get(
+    "/{client}",
+    response_model=ClientView,
+    responses=errors(*AUTHENTICATED, 422, notes=ADMIN_NOTES),
+    operation_id="getClient",
+)
+async def show_client(ref: ClientRef, caller: CallerDep, uow: UowDep, runtime: RuntimeDep) -> Json:
+    """A client's settings: rate limit, spend policy and what it has spent in the last 24
+    hours (what ``relay clients show`` prints)."""
+    _require_admin(caller)
+    client = await service.find(uow.session, ref)
+    return Json(await service.view(uow.session, client, runtime.settings))
+
+
+@admin_router.patch(
+    "/{client}",
+    response_model=ClientView,
+    responses=errors(
+        *AUTHENTICATED, *WITH_BODY, notes={**ADMIN_NOTES, 400: "A setting out of range, naming it"}
+    ),
+    dependencies=[JsonBody],
+    operation_id="changeClient",
+)
+async def change_client(
+    ref: ClientRef, body: ClientChanges, caller: CallerDep, uow: UowDep, runtime: RuntimeDep
+) -> Json:
+    """Change a client's rate limit or spend policy (what ``relay clients policy`` does). Only
+    the fields sent change; ``null`` clears a limit (``rateLimitPerS`` and ``rateLimitBurst``
+    together: back to the default); ``allowedTo: []`` allows any destination. This replica
+    applies it at once, the others within the key cache time (``RELAY_AUTH_CACHE_TTL_S``),
+    the consumers within five seconds."""
+    _require_admin(caller)
+    client = await service.find(uow.session, ref)
+    service.change(client, body.model_dump(by_alias=True, exclude_unset=True), runtime.settings)
+    await uow.session.flush()
+    runtime.authenticator.forget(client.id)
+    return Json(await service.view(uow.session, client, runtime.settings))

@@ -8,6 +8,7 @@ from typing import Any
 from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from pydantic import BaseModel, Field
 from sqlalchemy import text
 
 from relay_api.deps import RuntimeDep
@@ -16,7 +17,16 @@ from relay_api.responses import Json
 router = APIRouter(tags=["health"])
 
 
-@router.get("/health")
+class Liveness(BaseModel):
+    status: str
+
+
+class Readiness(BaseModel):
+    status: str = Field(description="ready or unavailable")
+    components: dict[str, str] = Field(description='each dependency: "ok" or "down: <why>"')
+
+
+@router.get("/health", response_model=Liveness, operation_id="health")
 async def health() -> dict[str, str]:
     """Liveness: the process answers. Checks nothing else, so a dependency outage never
     gets a healthy process restarted."""
@@ -31,7 +41,12 @@ async def _check(name: str, probe: Any, timeout_s: float) -> tuple[str, str]:
     return name, "ok"
 
 
-@router.get("/ready")
+@router.get(
+    "/ready",
+    response_model=Readiness,
+    responses={503: {"model": Readiness, "description": "A dependency does not answer"}},
+    operation_id="ready",
+)
 async def ready(runtime: RuntimeDep) -> Json:
     """Readiness: the database, SQS and (when configured) Redis all answer."""
 

@@ -8,11 +8,14 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query
 
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
+from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay import service
 from relay_api.relay.schemas import (
     AcceptedResponse,
     DirectRequest,
+    DomainResponse,
     GaslessRequest,
+    NonceResponse,
     StatusResponse,
     TransactionPage,
 )
@@ -29,15 +32,13 @@ IdempotencyKey = Annotated[
     ),
 ]
 
-ERRORS = {
-    400: {"description": "Semantic error naming the field (signature, deadline, gas...)"},
-    401: {"description": "Missing, unknown or revoked X-API-Key"},
-    409: {"description": "Idempotency-Key reused with another body, or nonce in flight"},
-    413: {"description": "Body larger than the configured limit"},
-    415: {"description": "Content-Type is not application/json"},
-    422: {"description": "Schema error naming the field"},
-    503: {"description": "Database unavailable; nothing was written"},
+SUBMIT_ERRORS_NOTES = {
+    400: "Semantic error naming the field (signature, deadline, gas...), or not JSON",
+    403: "The client's spend policy refuses it (policy_refused, naming the rule)",
+    409: "Idempotency-Key reused with another body, or nonce in flight",
 }
+SUBMIT_ERRORS = errors(*AUTHENTICATED, *WITH_BODY, notes=SUBMIT_ERRORS_NOTES)
+GASLESS_OFF = {404: "Gasless relaying is not enabled on this deployment"}
 
 
 def _accepted(result: service.Accepted) -> Json:
@@ -51,8 +52,9 @@ def _accepted(result: service.Accepted) -> Json:
     "/direct",
     status_code=202,
     response_model=AcceptedResponse,
-    responses=ERRORS,  # type: ignore[arg-type]
+    responses=SUBMIT_ERRORS,
     dependencies=[JsonBody],
+    operation_id="submitDirect",
 )
 async def submit_direct(
     body: DirectRequest,
@@ -72,8 +74,9 @@ async def submit_direct(
     "/gasless",
     status_code=202,
     response_model=AcceptedResponse,
-    responses=ERRORS,  # type: ignore[arg-type]
+    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={**SUBMIT_ERRORS_NOTES, **GASLESS_OFF}),
     dependencies=[JsonBody],
+    operation_id="submitGasless",
 )
 async def submit_gasless(
     body: GaslessRequest,
@@ -92,7 +95,12 @@ async def submit_gasless(
     return _accepted(accepted)
 
 
-@router.get("/gasless/domain", responses={401: ERRORS[401], 404: {"description": "Gasless off"}})
+@router.get(
+    "/gasless/domain",
+    response_model=DomainResponse,
+    responses=errors(*AUTHENTICATED, notes=GASLESS_OFF),
+    operation_id="getGaslessDomain",
+)
 async def gasless_domain(caller: CallerDep, runtime: RuntimeDep) -> Json:
     """The EIP-712 domain and types a gasless request must be signed for."""
     return Json(service.domain_view(service.gasless_domain(runtime.settings)))
@@ -100,11 +108,17 @@ async def gasless_domain(caller: CallerDep, runtime: RuntimeDep) -> Json:
 
 @router.get(
     "/gasless/nonce/{address}",
-    responses={
-        401: ERRORS[401],
-        404: {"description": "Gasless off"},
-        503: {"description": "No chain RPC configured, or it did not answer"},
-    },
+    response_model=NonceResponse,
+    responses=errors(
+        *AUTHENTICATED,
+        422,
+        notes={
+            **GASLESS_OFF,
+            400: "Not an address (a mixed-case one must carry its EIP-55 checksum)",
+            503: "No chain RPC configured, or it did not answer",
+        },
+    ),
+    operation_id="getGaslessNonce",
 )
 async def gasless_nonce(
     address: Annotated[str, Path(pattern=r"^0x[0-9a-fA-F]{40}$")],
@@ -121,7 +135,8 @@ async def gasless_nonce(
 @router.get(
     "/status/{transactionId}",
     response_model=StatusResponse,
-    responses={401: ERRORS[401], 404: {"description": "Unknown id, or another client's"}},
+    responses=errors(*AUTHENTICATED, 422, notes={404: "Unknown id, or another client's"}),
+    operation_id="getStatus",
 )
 async def get_status(
     transaction_id: Annotated[uuid.UUID, Path(alias="transactionId")],
@@ -140,7 +155,12 @@ async def get_status(
     return Json(service.public(entry), headers={"X-Cache": tier})
 
 
-@router.get("/transactions", response_model=TransactionPage, responses={401: ERRORS[401]})
+@router.get(
+    "/transactions",
+    response_model=TransactionPage,
+    responses=errors(*AUTHENTICATED, 422, notes={400: "A cursor this API did not return"}),
+    operation_id="listTransactions",
+)
 async def list_transactions(
     caller: CallerDep,
     uow: UowDep,

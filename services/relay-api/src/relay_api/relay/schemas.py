@@ -11,7 +11,16 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    WithJsonSchema,
+)
 
 from relay_core import ethereum
 from relay_core.statuses import TxStatus, TxType
@@ -34,8 +43,13 @@ def _uint256(value: str) -> str:
 def _callback_url(value: str) -> str:
     from urllib.parse import urlsplit
 
+    if not value.isascii() or not value.isprintable() or " " in value:
+        raise ValueError(
+            "must be a URI: printable ASCII without spaces (an international host name in "
+            "its xn-- form, other characters percent-encoded)"
+        )
     parts = urlsplit(value)
-    if parts.scheme not in ("http", "https") or not parts.netloc or len(value) > 2048:
+    if parts.scheme not in ("http", "https") or not parts.hostname or len(value) > 2048:
         raise ValueError("must be an absolute http(s) URL of at most 2048 characters")
     return value
 
@@ -47,11 +61,36 @@ def _signature(value: str) -> str:
     return value
 
 
-Address = Annotated[StrictStr, AfterValidator(_address)]
-HexData = Annotated[StrictStr, AfterValidator(_hex)]
-Uint256 = Annotated[StrictStr, AfterValidator(_uint256)]
-Signature = Annotated[StrictStr, AfterValidator(_signature)]
-CallbackUrl = Annotated[StrictStr, AfterValidator(_callback_url)]
+def _documented(pattern: str, description: str, **extra: object) -> WithJsonSchema:
+    """The schema clients and generators see; the validator above it is the check."""
+    return WithJsonSchema(
+        {"type": "string", "pattern": pattern, "description": description, **extra}
+    )
+
+
+Address = Annotated[
+    StrictStr,
+    AfterValidator(_address),
+    _documented("^0x[0-9a-fA-F]{40}$", "0x + 40 hex; EIP-55 checked when mixed case"),
+]
+HexData = Annotated[
+    StrictStr, AfterValidator(_hex), _documented("^0x([0-9a-fA-F]{2})*$", "even-length hex")
+]
+Uint256 = Annotated[
+    StrictStr,
+    AfterValidator(_uint256),
+    _documented("^(0|[1-9][0-9]*)$", "a decimal integer below 2^256", maxLength=78),
+]
+Signature = Annotated[
+    StrictStr,
+    AfterValidator(_signature),
+    _documented("^0x[0-9a-fA-F]{130}$", "a 65-byte signature"),
+]
+CallbackUrl = Annotated[
+    StrictStr,
+    AfterValidator(_callback_url),
+    _documented("^https?://", "an absolute http(s) URL", maxLength=2048, format="uri"),
+]
 
 
 class Speed(StrEnum):
@@ -105,9 +144,35 @@ class AcceptedResponse(BaseModel):
     model_config = ConfigDict(populate_by_name=True)
 
 
+class Eip712Domain(BaseModel):
+    name: str
+    version: str
+    chain_id: int = Field(alias="chainId")
+    verifying_contract: str = Field(alias="verifyingContract")
+
+
+class Eip712Field(BaseModel):
+    name: str
+    type: str
+
+
+class DomainResponse(BaseModel):
+    """What a gasless request is signed for, as ``eth_account``'s ``encode_typed_data``
+    (``full_message``) and wallets take it."""
+
+    domain: Eip712Domain
+    types: dict[str, list[Eip712Field]]
+    primary_type: str = Field(alias="primaryType")
+
+
+class NonceResponse(BaseModel):
+    address: str
+    nonce: str = Field(description="decimal string")
+
+
 class CallbackRequest(_Strict):
     url: CallbackUrl | None = Field(description="where notifications go; null turns them off")
-    rotate_secret: bool = Field(False, alias="rotateSecret")
+    rotate_secret: StrictBool = Field(False, alias="rotateSecret")
 
 
 class CallbackResponse(BaseModel):

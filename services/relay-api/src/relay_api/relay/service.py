@@ -25,7 +25,7 @@ from relay_api.relay import repository
 from relay_api.relay.refresh import Refresher
 from relay_api.relay.schemas import DirectRequest, GaslessRequest, parse_rfc3339
 from relay_api.settings import ApiSettings
-from relay_core import ethereum, evm, jsonutil
+from relay_core import ethereum, evm, jsonutil, policy
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, Conflict, NotFound, Unavailable
@@ -232,11 +232,26 @@ async def accept(
     idempotency_key: str | None,
     outbox: list[TransactionMessage],
 ) -> Accepted:
-    """Insert the row; the caller's unit of work commits and then publishes ``outbox``."""
+    """Insert the row; the caller's unit of work commits and then publishes ``outbox``.
+    The client's spend policy is checked first, and its daily budget reserved in the same
+    transaction (relay_core.policy)."""
     fingerprint = jsonutil.fingerprint(
         {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
     )
     now = utcnow()
+    spend = policy.Spend.of(new.type, new.request)
+    try:
+        caller.policy.check(spend)
+        await policy.reserve(session, caller.id, caller.policy, spend.value, now)
+    except policy.PolicyRefused:
+        # A retry of a request accepted before its policy changed (or its budget ran out,
+        # by this very request) is answered as it was then.
+        if idempotency_key is not None:
+            await session.rollback()
+            replayed = await _replay(session, caller, idempotency_key, fingerprint)
+            if replayed is not None:
+                return replayed
+        raise
     tx = Transaction(
         client_id=caller.id,
         type=new.type.value,
@@ -268,21 +283,28 @@ async def _resolve_duplicate(
     fingerprint: str,
 ) -> Accepted:
     if idempotency_key is not None:
-        original = await repository.by_idempotency_key(session, caller.id, idempotency_key)
-        if original is not None:
-            if original.request_fingerprint != fingerprint:
-                raise Conflict(
-                    "Idempotency-Key was already used with a different request; use a new key"
-                )
-            metrics.REPLAYED.inc()
-            return Accepted(
-                transaction_id=original.id,
-                created_at=rfc3339(original.created_at) or "",
-                replayed=True,
-            )
+        replayed = await _replay(session, caller, idempotency_key, fingerprint)
+        if replayed is not None:
+            return replayed
     if new.inflight_key is not None:
         raise Conflict("request.nonce: a transaction with this from and nonce is already in flight")
     raise Conflict("conflicting transaction")
+
+
+async def _replay(
+    session: AsyncSession, caller: Caller, idempotency_key: str, fingerprint: str
+) -> Accepted | None:
+    """The original answer to a request made again with its Idempotency-Key; None if there
+    was no such request; 409 if the key came with another body."""
+    original = await repository.by_idempotency_key(session, caller.id, idempotency_key)
+    if original is None:
+        return None
+    if original.request_fingerprint != fingerprint:
+        raise Conflict("Idempotency-Key was already used with a different request; use a new key")
+    metrics.REPLAYED.inc()
+    return Accepted(
+        transaction_id=original.id, created_at=rfc3339(original.created_at) or "", replayed=True
+    )
 
 
 async def cached_status(

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Request
+from pydantic import BaseModel, Field
 
 from relay_api.deps import RuntimeDep, UowDep
+from relay_api.openapi import errors
 from relay_api.responses import Json
 from relay_api.webhooks import service
 from relay_core.statuses import is_terminal
@@ -15,13 +17,23 @@ from relay_core.views import status_entry
 router = APIRouter(prefix="/api/v1/webhooks", tags=["webhooks"])
 
 
+class WebhookAck(BaseModel):
+    status: str = Field(description="applied, duplicate or ignored")
+
+
 @router.post(
     "/oz-relayer",
-    responses={
-        200: {"description": "applied, duplicate or ignored"},
-        401: {"description": "X-Signature missing or wrong"},
-        404: {"description": "unknown executor id (the executor retries)"},
-    },
+    response_model=WebhookAck,
+    responses=errors(
+        413,
+        503,
+        notes={
+            400: "The body is not an executor notification",
+            401: "X-Signature missing or wrong",
+            404: "Unknown executor id (the executor retries)",
+        },
+    ),
+    operation_id="receiveExecutorWebhook",
 )
 async def oz_relayer(
     request: Request,

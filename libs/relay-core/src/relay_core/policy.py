@@ -1,0 +1,275 @@
+"""Spend policies: what a client may make the relayer's wallet pay for.
+
+Every transaction Relay executes is paid from the relayer's wallet (gas always, and the
+``value`` of direct and gasless requests alike), so each client has a policy:
+
+- ``allowedTo``: destination contracts it may call (a gasless request's ``request.to``); empty
+  means any;
+- ``maxValueWei``: the most ``value`` one transaction may carry;
+- ``dailyValueWei``: the most ``value`` its transactions may carry in any rolling 24 hours;
+- ``maxGas``: the highest gas limit (a direct request must then name its ``gasLimit``);
+- ``gaslessValue``: whether a gasless request may carry ``value`` at all (off by default:
+  the signer asks for it, the relayer pays it).
+
+The rules about one transaction are checked at accept (403 naming the rule) and again by the
+consumer just before it submits, against the policy as it is then: an operator who tightens a
+policy after a leak stops what is already queued.
+
+The daily budget is counted in the database, so it holds however many API replicas accept at
+once. A transaction's value is *reserved* when it is accepted, in a bucket of its client and
+its five minutes (``client_spend``); the budget refuses a transaction whose value would take
+the sum of the buckets of the last 24 hours past it. Reservations of one client are made one
+at a time: the reserving transaction first locks the client's row (an UPDATE, which MySQL and
+SQLite both serialise), then sums and adds, and commits with the transaction's own row, so a
+refused or rolled back request reserves nothing and two replicas cannot both spend the last of
+a budget. A reservation is kept whatever becomes of the transaction (the conservative side).
+The consumer checks again that the client's reservations of the last 24 hours are within its
+budget as it is now (true unless an operator lowered it: then nothing more of it is sent).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from relay_core.db.models import ApiClient, ClientSpend
+from relay_core.errors import Forbidden
+from relay_core.statuses import TxType
+
+BUCKET = timedelta(minutes=5)
+DAY = timedelta(hours=24)
+
+
+class PolicyRefused(Forbidden):
+    """A spend policy refuses the transaction; ``rule`` names it."""
+
+    code = "policy_refused"
+
+    def __init__(self, rule: str, detail: str) -> None:
+        super().__init__(f"policy {rule}: {detail}")
+        self.rule = rule
+
+
+@dataclass(frozen=True, slots=True)
+class Spend:
+    """What a transaction asks the wallet for."""
+
+    type: TxType
+    to: str
+    value: int
+    gas: int | None
+
+    @classmethod
+    def of(cls, type_: TxType | str, request: dict[str, Any]) -> Spend:
+        """From a stored (or about to be stored) request."""
+        if TxType(type_) == TxType.gasless:
+            fwd = request["request"]
+            return cls(TxType.gasless, str(fwd["to"]), int(fwd["value"]), int(fwd["gas"]))
+        gas = request.get("gasLimit")
+        return cls(
+            TxType.direct,
+            str(request["to"]),
+            int(request.get("value") or 0),
+            int(gas) if gas else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class SpendPolicy:
+    allowed_to: frozenset[str] = frozenset()  # lowercase; empty: any
+    max_value_wei: int | None = None
+    daily_value_wei: int | None = None
+    max_gas: int | None = None
+    gasless_value: bool = False
+
+    @classmethod
+    def of(cls, client: ApiClient) -> SpendPolicy:
+        return cls(
+            allowed_to=frozenset(a.lower() for a in client.policy_allowed_to or ()),
+            max_value_wei=_int(client.policy_max_value_wei),
+            daily_value_wei=_int(client.policy_daily_value_wei),
+            max_gas=client.policy_max_gas,
+            gasless_value=bool(client.policy_gasless_value),
+        )
+
+    def check(self, spend: Spend) -> None:
+        """The rules about this one transaction; :class:`PolicyRefused` naming the first
+        broken."""
+        if self.allowed_to and spend.to.lower() not in self.allowed_to:
+            raise PolicyRefused(
+                "allowedTo", f"{spend.to} is not among this client's allowed destinations"
+            )
+        if spend.type == TxType.gasless and spend.value > 0 and not self.gasless_value:
+            raise PolicyRefused(
+                "gaslessValue",
+                "a gasless request may not carry value (the relayer would pay it); "
+                "an operator can allow it for this client",
+            )
+        if self.max_value_wei is not None and spend.value > self.max_value_wei:
+            raise PolicyRefused(
+                "maxValueWei",
+                f"value {spend.value} is above this client's {self.max_value_wei} wei "
+                "per transaction",
+            )
+        if self.max_gas is not None:
+            if spend.gas is None:
+                raise PolicyRefused(
+                    "maxGas", f"gasLimit is required (this client's limit is {self.max_gas})"
+                )
+            if spend.gas > self.max_gas:
+                raise PolicyRefused(
+                    "maxGas", f"gas {spend.gas} is above this client's limit of {self.max_gas}"
+                )
+
+    def view(self) -> dict[str, Any]:
+        """The policy as the API and the CLI show it (wei as decimal strings)."""
+        return {
+            "allowedTo": sorted(self.allowed_to),
+            "maxValueWei": _str(self.max_value_wei),
+            "dailyValueWei": _str(self.daily_value_wei),
+            "maxGas": self.max_gas,
+            "gaslessValue": self.gasless_value,
+        }
+
+
+NO_POLICY = SpendPolicy()  # what a new client has: any destination and value, no gasless value
+
+
+def apply(client: ApiClient, changes: dict[str, Any]) -> None:
+    """Set the fields of ``changes`` (keys as in :meth:`SpendPolicy.view`; None clears a
+    limit, an empty list allows any destination). Values are checked by the caller."""
+    if "allowedTo" in changes:
+        client.policy_allowed_to = sorted({a.lower() for a in changes["allowedTo"] or ()}) or None
+    if "maxValueWei" in changes:
+        client.policy_max_value_wei = _str(changes["maxValueWei"])
+    if "dailyValueWei" in changes:
+        client.policy_daily_value_wei = _str(changes["dailyValueWei"])
+    if "maxGas" in changes:
+        client.policy_max_gas = changes["maxGas"]
+    if "gaslessValue" in changes:
+        client.policy_gasless_value = bool(changes["gaslessValue"])
+
+
+def _int(text: str | None) -> int | None:
+    return None if text is None else int(text)
+
+
+def _str(value: int | str | None) -> str | None:
+    return None if value is None else str(int(value))
+
+
+def bucket_of(moment: datetime) -> datetime:
+    """The start of the five minutes holding ``moment``."""
+    return moment.replace(minute=moment.minute - moment.minute % 5, second=0, microsecond=0)
+
+
+async def spent_today(
+    session: AsyncSession, client_id: str, now: datetime, *, latest: bool = False
+) -> int:
+    """Value reserved by the client in the buckets of the last 24 hours (the bucket holding
+    ``now - 24 h`` included: the window errs by at most five minutes, towards refusing).
+    ``latest``: a locking read, which sees the latest commits whatever the isolation level."""
+    query = select(ClientSpend.value_wei).where(
+        ClientSpend.client_id == client_id, ClientSpend.bucket >= bucket_of(now - DAY)
+    )
+    rows = await session.execute(query.with_for_update() if latest else query)
+    # Summed here, exactly: wei do not fit a float, and MySQL's DECIMAL stops at 65 digits.
+    return sum(int(v) for v in rows.scalars())
+
+
+async def reserve(
+    session: AsyncSession, client_id: str, policy: SpendPolicy, value: int, now: datetime
+) -> None:
+    """Reserve ``value`` against the client's daily budget, or refuse. Runs in the accept's
+    transaction, before anything else in it; the client stays locked until it commits."""
+    if policy.daily_value_wei is None or value == 0:
+        return
+    # The lock: every reservation of this client writes its row first, so they queue here.
+    await session.execute(
+        update(ApiClient)
+        .where(ApiClient.id == client_id)
+        .values(policy_spend_lock=ApiClient.policy_spend_lock + 1)
+    )
+    # The budget as it is now (``policy`` may be a cached copy of the client).
+    budget = _int(
+        await session.scalar(
+            select(ApiClient.policy_daily_value_wei).where(ApiClient.id == client_id)
+        )
+    )
+    if budget is None:
+        return
+    spent = await spent_today(session, client_id, now, latest=True)
+    if spent + value > budget:
+        raise PolicyRefused(
+            "dailyValueWei",
+            f"value {value} would take this client's last 24 hours to {spent + value} wei, "
+            f"above its budget of {budget} (spent {spent})",
+        )
+    bucket = bucket_of(now)
+    existing = await session.scalar(
+        select(ClientSpend.value_wei).where(
+            ClientSpend.client_id == client_id, ClientSpend.bucket == bucket
+        )
+    )
+    if existing is None:
+        await session.execute(
+            insert(ClientSpend).values(client_id=client_id, bucket=bucket, value_wei=str(value))
+        )
+        # A new bucket every five minutes at most: the time to forget the old ones.
+        await session.execute(
+            delete(ClientSpend).where(
+                ClientSpend.client_id == client_id, ClientSpend.bucket < bucket_of(now - DAY)
+            )
+        )
+    else:
+        await session.execute(
+            update(ClientSpend)
+            .where(ClientSpend.client_id == client_id, ClientSpend.bucket == bucket)
+            .values(value_wei=str(int(existing) + value))
+        )
+
+
+async def over_budget(
+    session: AsyncSession, client_id: str, policy: SpendPolicy, now: datetime
+) -> int | None:
+    """The consumer's check: the client's reservations of the last 24 hours, if they are
+    above its budget as it is now; None when within it (or there is no budget)."""
+    if policy.daily_value_wei is None:
+        return None
+    spent = await spent_today(session, client_id, now)
+    return spent if spent > policy.daily_value_wei else None
+
+
+class PolicyCache:
+    """Clients' policies as the consumer reads them: from the database at most every
+    ``ttl_s`` per client, so a changed policy applies to what is queued within seconds."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        ttl_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._sessions = sessions
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._known: dict[str, tuple[SpendPolicy | None, float]] = {}
+
+    async def get(self, client_id: str) -> SpendPolicy | None:
+        now = self._clock()
+        known = self._known.get(client_id)
+        if known is not None and known[1] > now:
+            return known[0]
+        async with self._sessions() as session:
+            client = await session.get(ApiClient, client_id)
+        policy = None if client is None else SpendPolicy.of(client)
+        if len(self._known) > 100_000:
+            self._known.clear()
+        self._known[client_id] = (policy, now + self._ttl_s)
+        return policy

@@ -1,0 +1,51 @@
+"""Bodies of the admin client endpoints."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+
+from relay_api.relay.schemas import Address, Uint256
+
+
+class ClientChanges(BaseModel):
+    """Only the fields sent change; null clears a limit."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    allowed_to: list[Address] | None = Field(
+        None, alias="allowedTo", max_length=1000, description="destinations; [] or null: any"
+    )
+    max_value_wei: Uint256 | None = Field(None, alias="maxValueWei", description="per transaction")
+    daily_value_wei: Uint256 | None = Field(
+        None, alias="dailyValueWei", description="per rolling 24 hours"
+    )
+    max_gas: StrictInt | None = Field(None, alias="maxGas", description="highest gas limit")
+    gasless_value: StrictBool = Field(False, alias="gaslessValue")
+    rate_limit_per_s: StrictFloat | None = Field(None, alias="rateLimitPerS", gt=0, le=1_000_000)
+    rate_limit_burst: StrictInt | None = Field(None, alias="rateLimitBurst", ge=1, le=10_000_000)
+
+
+class RateLimitView(BaseModel):
+    per_second: float = Field(alias="perSecond")
+    burst: int
+    own: bool = Field(description="false: the deployment's default")
+
+
+class PolicyView(BaseModel):
+    allowed_to: list[str] = Field(alias="allowedTo")
+    max_value_wei: str | None = Field(alias="maxValueWei")
+    daily_value_wei: str | None = Field(alias="dailyValueWei")
+    max_gas: int | None = Field(alias="maxGas")
+    gasless_value: bool = Field(alias="gaslessValue")
+
+
+class ClientView(BaseModel):
+    id: str
+    name: str
+    role: str
+    key_prefix: str = Field(alias="keyPrefix")
+    revoked: bool
+    callback_url: str | None = Field(alias="callbackUrl")
+    rate_limit: RateLimitView = Field(alias="rateLimit")
+    policy: PolicyView
+    spent_last_24h_wei: str = Field(alias="spentLast24hWei")

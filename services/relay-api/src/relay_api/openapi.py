@@ -1,0 +1,76 @@
+"""What the OpenAPI document says about errors and authentication: every error status a route
+can answer, with the body it really sends (``{"error", "detail"}``, plus ``fields`` on 422),
+and the ``X-API-Key`` scheme."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.security import APIKeyHeader
+from pydantic import BaseModel, Field
+
+API_KEY = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="ApiKey",
+    description="A client's key (`relay keys create`); an admin key for /api/v1/admin.",
+    auto_error=False,  # a missing key is answered by the API's own 401 body
+)
+
+
+class ErrorBody(BaseModel):
+    error: str = Field(description="stable machine-readable code", examples=["bad_request"])
+    detail: str = Field(
+        description="what was wrong, naming the field", examples=["gasLimit: must be ..."]
+    )
+
+
+class FieldError(BaseModel):
+    field: str
+    message: str
+
+
+class ValidationErrorBody(ErrorBody):
+    fields: list[FieldError] = Field(description="each field and what is wrong with it")
+
+
+_DESCRIPTIONS = {
+    400: "A semantic error naming the field, or a body that is not JSON",
+    401: "Missing, unknown or revoked X-API-Key",
+    403: "Not allowed for this key",
+    404: "Not found",
+    409: "Conflicts with an earlier request",
+    413: "Body larger than the configured limit",
+    415: "Content-Type is not application/json",
+    422: "Schema error naming each field",
+    429: "Over the rate limit; retry after Retry-After seconds",
+    503: "A dependency (the database) is unavailable; nothing was written",
+}
+
+_RATE_HEADERS = {
+    name: {"description": text, "schema": {"type": "string"}}
+    for name, text in (
+        ("Retry-After", "seconds until a request would be allowed"),
+        ("RateLimit-Limit", "the bucket's size (burst)"),
+        ("RateLimit-Remaining", "requests left in the bucket"),
+        ("RateLimit-Reset", "seconds until the bucket is full"),
+    )
+}
+
+AUTHENTICATED = (401, 429, 503)  # any route behind X-API-Key
+WITH_BODY = (400, 413, 415, 422)  # any route taking a JSON body
+
+
+def errors(*codes: int, notes: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """The ``responses`` of a route for these error statuses; ``notes`` overrides a
+    description with what the status means on that route."""
+    notes = notes or {}
+    documented: dict[int | str, dict[str, Any]] = {}
+    for code in sorted(set(codes) | set(notes)):
+        entry: dict[str, Any] = {
+            "model": ValidationErrorBody if code == 422 else ErrorBody,
+            "description": notes.get(code, _DESCRIPTIONS.get(code, "Error")),
+        }
+        if code == 429:
+            entry["headers"] = _RATE_HEADERS
+        documented[code] = entry
+    return documented

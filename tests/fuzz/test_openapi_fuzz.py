@@ -1,0 +1,138 @@
+"""Fuzzing the running relay-api over its own OpenAPI document (``make test-fuzz``, a step of
+.ci/run): schemathesis generates requests from the schema (valid and invalid), authenticated
+with a real key, against `relay serve` on real MariaDB, Redis and SQS, for a bounded time.
+
+Every check applies (no server error, every status and body as documented, invalid input
+refused with 4xx, authentication not ignored...) except ``positive_data_acceptance``: a body
+that matches the schema can still be refused with a documented 400, 403 or 404 (a signature
+that does not verify, a callback aimed inside, an id that does not exist)."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from relay_core import localchain
+from relay_core import queue as queue_mod
+from relay_core.localsqs import free_port, stop_process
+from relay_core.settings import InfraSettings
+from relay_core.testing import infra_process_env, new_api_key, wait_http
+
+CONFIG = Path(__file__).with_name("schemathesis.toml")
+MAX_TIME_S = int(os.environ.get("RELAY_FUZZ_MAX_TIME_S", "150"))
+
+pytestmark = pytest.mark.fuzz
+
+
+@pytest.mark.timeout(MAX_TIME_S + 180)
+async def test_no_server_error_and_every_response_as_documented(
+    infra_env: dict[str, Any], sqs: Any, tmp_path: Path
+) -> None:
+    await queue_mod.create_queues(sqs, InfraSettings(**infra_env))
+    # A chain with the forwarder deployed: gasless on, its nonce endpoint answering.
+    chain = localchain.start(log_path=tmp_path / "anvil.log")
+    try:
+        deployment = await localchain.deploy(chain.rpc_url)
+        await _fuzz(infra_env, chain, deployment, tmp_path)
+    finally:
+        chain.stop()
+
+
+async def _fuzz(
+    infra_env: dict[str, Any],
+    chain: localchain.LocalChain,
+    deployment: localchain.Deployment,
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    env = infra_process_env(
+        infra_env,
+        RELAY_FORWARDER_ADDRESS=deployment.forwarder,
+        RELAY_CHAIN_ID=str(deployment.chain_id),
+        RELAY_CHAIN_RPC_URL=chain.rpc_url,
+        RELAY_WEBHOOK_SIGNING_KEY="fuzz-webhook-signing-key-0123456789abcdef",
+        PORT=str(port),
+    )
+    # An admin key reaches every route; its rate limit is above what the fuzzer sends, so
+    # the requests test the API rather than the limiter (whose 429 is documented anyway).
+    key = new_api_key(env, "fuzz-admin", admin=True, rate_per_s=100_000, burst=100_000)
+    base = f"http://127.0.0.1:{port}"
+    reports = tmp_path / "reports"
+    with open(tmp_path / "api.log", "ab") as log:
+        api = subprocess.Popen(
+            [sys.executable, "-m", "relay_api.cli", "serve"], env=env, stdout=log, stderr=log
+        )
+        try:
+            wait_http(f"{base}/health", api)
+            run = subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "schemathesis.cli",
+                    "--config-file",
+                    str(CONFIG),
+                    "run",
+                    f"{base}/openapi.json",
+                    "--checks",
+                    "all",
+                    "--exclude-checks",
+                    "positive_data_acceptance",
+                    "--header",
+                    f"X-API-Key: {key}",
+                    "--max-time",
+                    str(MAX_TIME_S),
+                    "--workers",
+                    "2",
+                    "--seed",
+                    os.environ.get("RELAY_FUZZ_SEED", "20261124"),
+                    "--report",
+                    "junit",
+                    "--report-dir",
+                    str(reports),
+                    "--no-color",
+                ],
+                env={**env, "SCHEMATHESIS_HOOKS": ""},
+                capture_output=True,
+                text=True,
+                timeout=MAX_TIME_S + 120,
+            )
+        finally:
+            stop_process(api)
+    output = run.stdout + run.stderr
+    log_path = Path(os.environ.get("RELAY_FUZZ_LOG", str(tmp_path / "schemathesis.log")))
+    log_path.write_text(output)
+    counts = _counts(reports, output)
+    summary = output[output.rfind("=== SUMMARY") :] if "=== SUMMARY" in output else output[-3000:]
+    sys.stdout.write(f"\n{summary}\nfuzz: {counts}\n")
+    (Path(os.environ.get("RELAY_FUZZ_SUMMARY", str(tmp_path / "summary.txt")))).write_text(
+        f"{counts}\n"
+    )
+    server_errors = (tmp_path / "api.log").read_text(errors="replace").count("api.unhandled_error")
+    assert run.returncode == 0, output[-6000:]
+    assert server_errors == 0, "the API logged unhandled errors (see its log)"
+    assert counts["operations"] >= 10, counts
+
+
+def _counts(reports: Path, output: str) -> dict[str, int]:
+    """Operations tested and failures from the JUnit report; test cases from the summary."""
+    operations = failures = errors = 0
+    for report in reports.glob("*.xml"):
+        # our own tool's report, written a moment ago
+        for case in ET.parse(report).getroot().iter("testcase"):  # noqa: S314
+            operations += 1
+            failures += len(case.findall("failure"))
+            errors += len(case.findall("error"))
+    generated = re.search(r"(\d[\d,]*) generated", output)
+    return {
+        "operations": operations,
+        "test_cases": int(generated.group(1).replace(",", "")) if generated else -1,
+        "failures": failures,
+        "errors": errors,
+    }

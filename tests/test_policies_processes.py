@@ -1,0 +1,73 @@
+"""A client's daily budget holds across API replicas: two `relay serve` processes on one
+database, forty requests split between them (most at once), and exactly the budget is accepted.
+The operator sets the budget and reads what was spent with the `relay` command."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from relay_core import queue as queue_mod
+from relay_core.localsqs import free_port, stop_process
+from relay_core.settings import InfraSettings
+from relay_core.testing import infra_process_env, new_api_key, relay_command, wait_http
+
+DEAD = "0x000000000000000000000000000000000000dEaD"
+
+
+@pytest.mark.timeout(120)
+async def test_a_daily_budget_holds_across_two_api_processes(
+    infra_env: dict[str, Any], sqs: Any, tmp_path: Path
+) -> None:
+    await queue_mod.create_queues(sqs, InfraSettings(**infra_env))
+    env = infra_process_env(infra_env)
+    key = new_api_key(env, "payer", rate_per_s=1000, burst=2000)
+    shown = relay_command(env, "clients", "policy", "payer", "--daily-value", "1000")
+    assert "daily budget  1000 wei" in shown, shown
+
+    ports = [free_port(), free_port()]
+    processes: list[subprocess.Popen[bytes]] = []
+    with open(tmp_path / "api.log", "ab") as log:
+        try:
+            for port in ports:
+                processes.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "relay_api.cli", "serve"],
+                        env={**env, "PORT": str(port)},
+                        stdout=log,
+                        stderr=log,
+                    )
+                )
+            for port, process in zip(ports, processes, strict=True):
+                wait_http(f"http://127.0.0.1:{port}/health", process)
+            async with httpx.AsyncClient(timeout=30) as http:
+
+                async def pay(i: int) -> httpx.Response:
+                    return await http.post(
+                        f"http://127.0.0.1:{ports[i % 2]}/api/v1/relay/direct",
+                        json={"to": DEAD, "data": f"0x{i:04x}", "value": "100"},
+                        headers={"X-API-Key": key},
+                    )
+
+                # A few one after the other, so each replica spends some of the budget,
+                # then the rest at once, racing for what is left of it.
+                answers = [await pay(i) for i in range(4)]
+                answers += await asyncio.gather(*(pay(i) for i in range(4, 40)))
+        finally:
+            for process in processes:
+                stop_process(process)
+    accepted = [a for a in answers if a.status_code == 202]
+    refused = [a for a in answers if a.status_code == 403]
+    assert (len(accepted), len(refused)) == (10, 30), [a.text for a in answers]
+    assert all(r.json()["detail"].startswith("policy dailyValueWei: ") for r in refused)
+    # Both replicas accepted some: the budget was shared, not held per process.
+    served_by = {str(a.request.url.port) for a in accepted}
+    assert served_by == {str(p) for p in ports}, served_by
+    shown = relay_command(env, "clients", "show", "payer")
+    assert "reserved in the last 24 hours: 1000 wei" in shown, shown
