@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
 import sys
 import threading
@@ -25,7 +24,7 @@ from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
 from relay_core.localsqs import LocalSqs, free_port
 from relay_core.settings import InfraSettings
-from relay_core.testing import new_api_key, start_stub, wait_http
+from relay_core.testing import infra_process_env, new_api_key, start_stub, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 WEBHOOK_KEY = "e2e-webhook-signing-key-0123456789abcdef"
@@ -57,20 +56,6 @@ def callbacks() -> Iterator[tuple[str, type[_Callbacks]]]:
         yield f"http://127.0.0.1:{server.server_port}/relay", handler
     finally:
         server.shutdown()
-
-
-def _env(infra: dict[str, Any], **extra: str) -> dict[str, str]:
-    return {
-        **os.environ,
-        "RELAY_ENV": "test",
-        "DATABASE_URL": infra["database_url"],
-        "AWS_ENDPOINT_URL": infra["aws_endpoint_url"],
-        "RELAY_QUEUE_NAME": infra["queue_name"],
-        "RELAY_DLQ_NAME": infra["dlq_name"],
-        "REDIS_URL": infra["redis_url"],
-        "RELAY_REDIS_PREFIX": infra["redis_prefix"],
-        **extra,
-    }
 
 
 def _final_counts(database_url: str) -> dict[str, int]:
@@ -126,7 +111,7 @@ async def test_two_hundred_transactions_end_as_the_executor_decided_and_every_vi
             delay_confirmed_ms=150,
             fail_data_marker=FAIL_MARKER,
         )
-        env = _env(
+        env = infra_process_env(
             infra_env,
             PORT=str(api_port),
             RELAY_EXECUTOR_URL=stub.base_url,

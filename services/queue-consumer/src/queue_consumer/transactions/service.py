@@ -185,6 +185,11 @@ class TransactionProcessor:
             ):
                 return await self._lost_claim(tx.id)
             return Outcome.done("expired")
+        return await self._submit_if_allowed(tx, owner)
+
+    async def _submit_if_allowed(self, tx: Transaction, owner: str) -> Outcome:
+        """Submit, unless the client's policy refuses it or a gasless predecessor must go
+        first: the last checks of a fresh attempt and of an in-doubt one decided afresh."""
         refused = await self._refused_by_policy(tx)
         if refused is not None:
             return refused
@@ -462,14 +467,7 @@ class TransactionProcessor:
             return await self._lost_claim(tx.id)
         if self._budget_spent(tx):
             return await self._give_up(tx, "no attempt got an answer from the executor")
-        refused = await self._refused_by_policy(tx)
-        if refused is not None:
-            return refused
-        if tx.type == TxType.gasless and self.rpc is not None:
-            held = await self._nonce_turn(tx)
-            if held is not None:
-                return held
-        return await self._submit(tx, owner)
+        return await self._submit_if_allowed(tx, owner)
 
     def _settle_in(self, started: datetime | None) -> float:
         if started is None:
