@@ -56,6 +56,10 @@ test: install tools chain pipeline-deps ## run every test (needs MariaDB and Red
 test-faults: install tools chain ## the outage scenarios on real processes (~10 min; CI runs them as a step)
 	$(UV) run --locked pytest -m faults tests/faults
 
+.PHONY: test-ops
+test-ops: install tools ## the operator's tools at scale on real processes (pause/drain/resume; a CI step)
+	$(UV) run --locked pytest -m ops tests -v
+
 .PHONY: test-fuzz
 test-fuzz: install tools chain ## fuzz the running API over its OpenAPI (schemathesis, ~3 min; a CI step)
 	$(UV) run --locked pytest -m fuzz tests/fuzz -s

@@ -100,6 +100,59 @@ async def test_the_daily_budget_holds_under_concurrent_requests(
     assert sum(int(v) for v in buckets) == 1100  # one bucket, or two across five minutes
 
 
+async def _reserved(runtime: Runtime) -> int:
+    async with runtime.sessions() as session:
+        return sum(int(v) for v in (await session.scalars(select(ClientSpend.value_wei))))
+
+
+async def test_a_budget_far_from_spent_is_leased_and_still_spent_exactly(
+    client: httpx.AsyncClient, runtime: Runtime, new_key: Any, admin_key: str
+) -> None:
+    key = await new_key("acme")
+    await _set(
+        client, admin_key, "acme", dailyValueWei="3200", rateLimitPerS=5000.0, rateLimitBurst=5000
+    )
+    # 3,200 wei in 10s: leases of 100 while more than 800 stays unleased, then exactly.
+    answers = await asyncio.gather(*(_direct(client, key, value="10") for _ in range(360)))
+    accepted = sum(a.status_code == 202 for a in answers)
+    assert accepted * 10 <= 3200
+    assert {a.status_code for a in answers} <= {202, 403}
+    # A handful of lease transactions, not one locking reservation per request.
+    assert runtime.budgets.lease_calls <= 30, runtime.budgets.lease_calls
+    # A replayed request reserves nothing (its reservation is given back to the lease).
+    headers = {"X-API-Key": key, "Idempotency-Key": "once"}
+    for _ in range(2):
+        replayed = await client.post(
+            "/api/v1/relay/direct", json={"to": DEAD, "value": "0"}, headers=headers
+        )
+        assert replayed.status_code == 202, replayed.text
+    # With the leases given back, what is reserved is what was accepted, and the rest of
+    # the budget can still be spent, to the last wei and not one more.
+    await runtime.budgets.close()
+    assert await _reserved(runtime) == accepted * 10
+    while (await _direct(client, key, value="10")).status_code == 202:
+        accepted += 1
+    assert accepted == 320
+    assert await _reserved(runtime) == 3200
+    assert await count_rows(runtime) == 321
+
+
+async def test_a_lease_given_back_on_a_duplicate_leaves_the_budget_whole(
+    client: httpx.AsyncClient, runtime: Runtime, new_key: Any, admin_key: str
+) -> None:
+    key = await new_key("acme")
+    await _set(client, admin_key, "acme", dailyValueWei="3200")
+    headers = {"X-API-Key": key, "Idempotency-Key": "pay-once"}
+    for _ in range(5):
+        answer = await client.post(
+            "/api/v1/relay/direct", json={"to": DEAD, "value": "10"}, headers=headers
+        )
+        assert answer.status_code == 202, answer.text
+    assert runtime.budgets.lease_calls == 1
+    await runtime.budgets.close()
+    assert await _reserved(runtime) == 10  # the four replays gave theirs back
+
+
 async def test_a_retry_of_an_accepted_request_is_replayed_after_the_budget_ran_out(
     client: httpx.AsyncClient, runtime: Runtime, new_key: Any, admin_key: str
 ) -> None:

@@ -16,15 +16,21 @@ consumer just before it submits, against the policy as it is then: an operator w
 policy after a leak stops what is already queued.
 
 The daily budget is counted in the database, so it holds however many API replicas accept at
-once. A transaction's value is *reserved* when it is accepted, in a bucket of its client and
-its five minutes (``client_spend``); the budget refuses a transaction whose value would take
-the sum of the buckets of the last 24 hours past it. Reservations of one client are made one
-at a time: the reserving transaction first locks the client's row (an UPDATE, which MySQL and
-SQLite both serialise), then sums and adds, and commits with the transaction's own row, so a
-refused or rolled back request reserves nothing and two replicas cannot both spend the last of
-a budget. A reservation is kept whatever becomes of the transaction (the conservative side).
-The consumer checks again that the client's reservations of the last 24 hours are within its
-budget as it is now (true unless an operator lowered it: then nothing more of it is sent).
+once. Value is *reserved* in buckets of a client and five minutes (``client_spend``), and a
+reservation that would take the sum of the buckets of the last 24 hours past the budget is
+refused. Reservations of one client are made one at a time: each first locks the client's row
+(an UPDATE, which MySQL and SQLite both serialise), then sums and adds. Two kinds:
+
+- :func:`reserve`, a transaction's own value, inside the accept's transaction: a refused or
+  rolled back request reserves nothing;
+- :func:`take_lease`, a slice of the budget for one API process to spend from memory, in a
+  short transaction of its own, given back (:func:`give_back`) when the process is done with
+  it (relay_api/limits/budget.py says when each is used).
+
+Either way, no two replicas can both spend the last of a budget. A reservation is kept
+whatever becomes of the transaction (the conservative side). The consumer checks again that
+the client's reservations of the last 24 hours are within its budget as it is now (true
+unless an operator lowered it: then nothing more of it is sent).
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from typing import Any
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_core.db.models import ApiClient, ClientSpend
+from relay_core.db.models import ApiClient, ClientSpend, utcnow
 from relay_core.errors import Forbidden
 from relay_core.statuses import TxType
 
@@ -190,18 +196,7 @@ async def reserve(
     transaction, before anything else in it; the client stays locked until it commits."""
     if policy.daily_value_wei is None or value == 0:
         return
-    # The lock: every reservation of this client writes its row first, so they queue here.
-    await session.execute(
-        update(ApiClient)
-        .where(ApiClient.id == client_id)
-        .values(policy_spend_lock=ApiClient.policy_spend_lock + 1)
-    )
-    # The budget as it is now (``policy`` may be a cached copy of the client).
-    budget = _int(
-        await session.scalar(
-            select(ApiClient.policy_daily_value_wei).where(ApiClient.id == client_id)
-        )
-    )
+    budget = await _lock_budget(session, client_id)
     if budget is None:
         return
     spent = await spent_today(session, client_id, now, latest=True)
@@ -211,27 +206,103 @@ async def reserve(
             f"value {value} would take this client's last 24 hours to {spent + value} wei, "
             f"above its budget of {budget} (spent {spent})",
         )
+    await _add(session, client_id, bucket_of(now), value, now)
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A slice of a client's budget reserved for one API process to spend without asking."""
+
+    budget: int  # the budget it was taken under
+    bucket: datetime  # where it is counted (and given back)
+    amount: int  # 0: no lease now (the budget is nearly spent, or the value is large)
+
+
+async def take_lease(
+    session: AsyncSession,
+    client_id: str,
+    value: int,
+    now: datetime,
+    *,
+    parts: int,
+    reserve_part: int,
+    returning: tuple[datetime, int] | None = None,
+) -> Lease | None:
+    """In its own short transaction: give back ``returning`` (the unspent rest of this
+    process's previous lease) and reserve a lease of ``budget // parts`` for a transaction of
+    ``value`` and those after it. No lease (amount 0) when it would hold less than two such
+    values, or leave less than ``budget // reserve_part`` of the budget unleased: the caller
+    then reserves exactly, in its own transaction, which refuses what does not fit. None when
+    the client has no budget (any more)."""
+    budget = await _lock_budget(session, client_id)
+    if returning is not None:
+        await _add(session, client_id, *returning, now, giving_back=True)
+    if budget is None:
+        return None
+    spent = await spent_today(session, client_id, now, latest=True)
+    size = budget // parts
     bucket = bucket_of(now)
+    if size < 2 * value or budget - spent - size < budget // reserve_part:
+        return Lease(budget, bucket, 0)
+    await _add(session, client_id, bucket, size, now)
+    return Lease(budget, bucket, size)
+
+
+async def give_back(
+    session: AsyncSession, client_id: str, bucket: datetime, amount: int, now: datetime
+) -> None:
+    """Return the unspent rest of a lease to the budget."""
+    await _lock_budget(session, client_id)
+    await _add(session, client_id, bucket, amount, now, giving_back=True)
+
+
+async def _lock_budget(session: AsyncSession, client_id: str) -> int | None:
+    """Lock the client's budget and read it. Every change to a client's reservations writes
+    its row first, so they queue here (an UPDATE, which MySQL and SQLite both serialise); the
+    budget is read after, as it is now (the caller's policy may be a cached copy)."""
+    await session.execute(
+        update(ApiClient)
+        .where(ApiClient.id == client_id)
+        .values(policy_spend_lock=ApiClient.policy_spend_lock + 1)
+    )
+    return _int(
+        await session.scalar(
+            select(ApiClient.policy_daily_value_wei).where(ApiClient.id == client_id)
+        )
+    )
+
+
+async def _add(
+    session: AsyncSession,
+    client_id: str,
+    bucket: datetime,
+    amount: int,
+    now: datetime,
+    *,
+    giving_back: bool = False,
+) -> None:
+    """Add ``amount`` to the client's ``bucket`` (or take it off, ``giving_back``)."""
     existing = await session.scalar(
         select(ClientSpend.value_wei).where(
             ClientSpend.client_id == client_id, ClientSpend.bucket == bucket
         )
     )
-    if existing is None:
+    if existing is not None:
+        total = int(existing) - amount if giving_back else int(existing) + amount
         await session.execute(
-            insert(ClientSpend).values(client_id=client_id, bucket=bucket, value_wei=str(value))
+            update(ClientSpend)
+            .where(ClientSpend.client_id == client_id, ClientSpend.bucket == bucket)
+            .values(value_wei=str(max(0, total)))
+        )
+    elif not giving_back:  # (a bucket given back to after it was forgotten: nothing to do)
+        await session.execute(
+            insert(ClientSpend).values(client_id=client_id, bucket=bucket, value_wei=str(amount))
         )
         # A new bucket every five minutes at most: the time to forget the old ones.
         await session.execute(
             delete(ClientSpend).where(
                 ClientSpend.client_id == client_id, ClientSpend.bucket < bucket_of(now - DAY)
             )
-        )
-    else:
-        await session.execute(
-            update(ClientSpend)
-            .where(ClientSpend.client_id == client_id, ClientSpend.bucket == bucket)
-            .values(value_wei=str(int(existing) + value))
         )
 
 
@@ -248,7 +319,9 @@ async def over_budget(
 
 class PolicyCache:
     """Clients' policies as the consumer reads them: from the database at most every
-    ``ttl_s`` per client, so a changed policy applies to what is queued within seconds."""
+    ``ttl_s`` per client, so a changed policy applies to what is queued within seconds; and,
+    as often, whether a client's reservations are over its budget (true only once an operator
+    has lowered it), so a budgeted client's messages do not each sum its day."""
 
     def __init__(
         self,
@@ -260,6 +333,7 @@ class PolicyCache:
         self._ttl_s = ttl_s
         self._clock = clock
         self._known: dict[str, tuple[SpendPolicy | None, float]] = {}
+        self._over: dict[tuple[str, int], tuple[int | None, float]] = {}
 
     async def get(self, client_id: str) -> SpendPolicy | None:
         now = self._clock()
@@ -273,3 +347,19 @@ class PolicyCache:
             self._known.clear()
         self._known[client_id] = (policy, now + self._ttl_s)
         return policy
+
+    async def over_budget(self, client_id: str, policy: SpendPolicy) -> int | None:
+        """:func:`over_budget`, at most ``ttl_s`` old, for this budget."""
+        if policy.daily_value_wei is None:
+            return None
+        now = self._clock()
+        key = (client_id, policy.daily_value_wei)
+        known = self._over.get(key)
+        if known is not None and known[1] > now:
+            return known[0]
+        async with self._sessions() as session:
+            over = await over_budget(session, client_id, policy, utcnow())
+        if len(self._over) > 100_000:
+            self._over.clear()
+        self._over[key] = (over, now + self._ttl_s)
+        return over

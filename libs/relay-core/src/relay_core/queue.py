@@ -142,6 +142,32 @@ async def create_queues(sqs: Any, settings: InfraSettings) -> tuple[str, str]:
     return queue_url, dlq_url
 
 
+DEPTH_ATTRIBUTES = {
+    "ApproximateNumberOfMessages": "visible",
+    "ApproximateNumberOfMessagesNotVisible": "inFlight",
+    "ApproximateNumberOfMessagesDelayed": "delayed",
+}
+
+
+async def depths(sqs: Any, settings: InfraSettings) -> dict[str, dict[str, int] | str]:
+    """The work queue's and the DLQ's message counts (SQS's approximate ones), or why not."""
+    found: dict[str, dict[str, int] | str] = {}
+    for role, name in (("queue", settings.queue_name), ("dlq", settings.dlq_name)):
+        try:
+            url = (await sqs.get_queue_url(QueueName=name))["QueueUrl"]
+            attributes = (
+                await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(DEPTH_ATTRIBUTES))
+            )["Attributes"]
+        except Exception as exc:
+            found[role] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+            continue
+        found[role] = {
+            label: int(attributes.get(attribute, 0))
+            for attribute, label in DEPTH_ATTRIBUTES.items()
+        }
+    return found
+
+
 async def send_batch(sqs: Any, queue_url: str, messages: Sequence[TransactionMessage]) -> set[str]:
     """Send up to 10 messages in one call; return the transaction ids that SQS accepted."""
     if not messages:

@@ -97,7 +97,12 @@ class ConsumerSettings(InfraSettings):
     consumer_write_batch: int = Field(
         64, ge=1, le=1000, description="most status writes committed in one transaction"
     )
-    consumer_wait_time_s: int = Field(20, ge=0, le=20, description="long-poll wait")
+    consumer_wait_time_s: int = Field(
+        5,
+        ge=0,
+        le=20,
+        description="long-poll wait; also the longest an idle poller takes to notice a pause",
+    )
     consumer_message_timeout_s: float = Field(
         60.0,
         gt=0,
@@ -108,6 +113,13 @@ class ConsumerSettings(InfraSettings):
     consumer_backoff_cap_s: float = Field(300.0, gt=0, description="longest retry delay")
     consumer_grace_s: float = Field(
         110.0, ge=0, description="on SIGTERM, how long in-flight work may finish (ECS gives 120)"
+    )
+    consumer_control_interval_s: float = Field(
+        2.0,
+        gt=0,
+        le=30,
+        description="how often the lane's pause/drain switch is read and this consumer's "
+        "report written (`relay queues status`)",
     )
     consumer_reaper_interval_s: float = Field(
         30.0, gt=0, description="how often stale claims are checked"

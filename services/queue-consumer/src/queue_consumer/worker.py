@@ -1,7 +1,8 @@
 """The SQS side: pollers, a cap on work in flight, per-message timeouts, visibility
-heartbeats, batched deletes, the housekeeping loops (reaper, reconciler, tracker, notifier), and
-a graceful drain on SIGTERM. The pollers ask the executor circuit before they receive
-(``circuit.py``): while it is open, messages wait in SQS."""
+heartbeats, batched deletes, the housekeeping loops (reaper, reconciler, tracker, notifier, the
+operator's switch), and a graceful drain on SIGTERM. The pollers ask the executor circuit
+before they receive (``circuit.py``): while it is open, messages wait in SQS; and so they do
+while an operator has paused the lane (``relay_core.controls``)."""
 
 from __future__ import annotations
 
@@ -24,7 +25,8 @@ from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
-from relay_core.db.models import Transaction
+from relay_core import controls
+from relay_core.db.models import Transaction, utcnow
 from relay_core.queue import PoisonMessage, TransactionMessage
 from relay_core.reconcile import Reconciler
 
@@ -149,6 +151,14 @@ class Consumer:
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
+        # The operator's switch (relay_core.controls): set while this lane may be received.
+        self.lane = controls.LANES[0]
+        self.receiving = asyncio.Event()
+        self.receiving.set()
+        self.lane_state = controls.LaneState.running
+        self._parked = 0  # pollers waiting for the switch
+        self._quiet = False  # the last receive found the queue empty
+        self._started_at = utcnow()
 
     # --- lifecycle --------------------------------------------------------------------------
 
@@ -163,6 +173,7 @@ class Consumer:
         housekeeping = [
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(self._heartbeat_file(), name="heartbeat-file"),
+            asyncio.create_task(self._watch_switch(), name="switch"),
         ]
         if self.tracker is not None:
             housekeeping.append(
@@ -194,6 +205,8 @@ class Consumer:
         abandoned = await self._drain(self.settings.consumer_grace_s)
         await self.processor.writes.stop()
         await self.deleter.stop()
+        with contextlib.suppress(Exception):
+            await self._report("stopped")
         summary = self.stats.summary() | {
             "abandoned": abandoned,
             "circuitOpened": self.breaker.opened,
@@ -215,10 +228,21 @@ class Consumer:
 
     async def _poll(self, index: int) -> None:
         while not self.stopping.is_set():
+            if not self.receiving.is_set():  # paused by an operator: receive nothing
+                self._parked += 1
+                try:
+                    await self.receiving.wait()
+                finally:
+                    self._parked -= 1
+                continue
             # While the executor circuit is open nothing is received (messages keep their
             # receive counts); half-open, one message at a time carries the probe.
             want, ticket = await self.breaker.receivable(10)
             room = await self.capacity.reserve(want)
+            if not self.receiving.is_set():  # paused while this poller waited for room
+                await self.capacity.release(room)
+                self.breaker.return_ticket(ticket)
+                continue
             try:
                 response = await self.sqs.receive_message(
                     QueueUrl=self.queue_url,
@@ -239,6 +263,7 @@ class Consumer:
                 continue
             self.last_poll = time.monotonic()
             messages = response.get("Messages", [])
+            self._quiet = not messages
             if len(messages) < room:
                 await self.capacity.release(room - len(messages))
             if not messages:
@@ -461,9 +486,9 @@ class Consumer:
                 log.warning("consumer.reaper.failed", extra={"error": str(exc)})
 
     async def _reconcile(self) -> int:
-        """One reconciler pass, unless the executor circuit is open: then messages wait in
-        SQS on purpose and their rows only look stranded."""
-        if self.reconciler is None or not self.breaker.closed:
+        """One reconciler pass, unless the executor circuit is open or the lane is paused:
+        then messages wait in SQS on purpose and their rows only look stranded."""
+        if self.reconciler is None or not self.breaker.closed or not self.receiving.is_set():
             return 0
         report = await self.reconciler.run_once()
         self.stats.counts["requeued_by_reconciler"] += report.requeued
@@ -481,6 +506,65 @@ class Consumer:
                 done = 0
             if not done:
                 await asyncio.sleep(interval_s)
+
+    async def _watch_switch(self) -> None:
+        """Every few seconds: read the lane's switch, obey it, and report."""
+        while True:
+            try:
+                await self._follow_switch()
+            except Exception as exc:  # the database is down: keep doing what we were doing
+                log.warning("consumer.switch.failed", extra={"error": str(exc)[:200]})
+            await asyncio.sleep(self.settings.consumer_control_interval_s)
+
+    async def _follow_switch(self) -> None:
+        async with self.processor.sessions() as session:
+            state = await controls.lane_state(session, self.lane)
+        if state is not self.lane_state:
+            log.info("consumer.switch", extra={"lane": self.lane, "state": state.value})
+            self.lane_state = state
+        if state is controls.LaneState.paused:
+            self.receiving.clear()
+        else:
+            self.receiving.set()
+        if state is controls.LaneState.draining and await self._drained():
+            async with self.processor.sessions() as session, session.begin():
+                if await controls.finish_drain(session, self.lane, self.settings.consumer_id):
+                    log.info("consumer.drained", extra={"lane": self.lane})
+        await self._report(self._state())
+
+    def _state(self) -> str:
+        if self.receiving.is_set():
+            return "running"
+        busy = self._work or self._parked < self.settings.consumer_pollers
+        return "pausing" if busy else "paused"
+
+    async def _drained(self) -> bool:
+        """Nothing held here, the last receive came back empty, and SQS agrees: nothing
+        visible, in flight elsewhere or delayed."""
+        if self._work or not self._quiet:
+            return False
+        response = await self.sqs.get_queue_attributes(
+            QueueUrl=self.queue_url,
+            AttributeNames=[
+                "ApproximateNumberOfMessages",
+                "ApproximateNumberOfMessagesNotVisible",
+                "ApproximateNumberOfMessagesDelayed",
+            ],
+        )
+        return not any(int(v) for v in response.get("Attributes", {}).values())
+
+    async def _report(self, state: str) -> None:
+        mine = controls.Report(
+            consumer_id=self.settings.consumer_id,
+            lane=self.lane,
+            state=state,
+            in_flight=len(self._work),
+            received=self.stats.counts["received"],
+            circuit=self.breaker.state.value,
+            started_at=self._started_at,
+        )
+        async with self.processor.sessions() as session, session.begin():
+            await controls.report(session, mine)
 
     async def _heartbeat_file(self) -> None:
         path = Path(self.settings.consumer_heartbeat_file)

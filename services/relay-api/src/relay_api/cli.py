@@ -9,6 +9,9 @@ relay clients policy CLIENT [--rate-per-s R --burst N | --default-rate]
         [--daily-value WEI|none] [--max-gas GAS|none] [--[no-]gasless-value]
 relay clients rotate-callback-secret CLIENT   a new callback signing secret, printed once
 relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL / AWS
+relay queues status [--json]          each lane's switch, its consumers, the queues' depths
+relay queues pause|drain|resume [--lane normal] [--reason TEXT] [--wait]
+                                      stop receiving / finish the queue, then stop / go on
 relay sweep --once                    enqueue committed rows that never reached SQS
 relay reconcile --once                settle rows whose message is gone or whose executor
                                       record is lost (the consumers run it every minute)
@@ -187,6 +190,86 @@ async def _queues_create(settings: ApiSettings) -> None:
     _out(f"dlq   {dlq_url} (maxReceiveCount {settings.queue_max_receive_count})")
 
 
+async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_api.queues import service
+    from relay_core import controls, jsonutil, queue
+    from relay_core.db.engine import create_engine, create_sessionmaker
+    from relay_core.errors import RelayError
+
+    engine = create_engine(settings)
+    sessions = create_sessionmaker(engine)
+    try:
+        async with queue.session().client(
+            "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+        ) as sqs:
+            if args.action in controls.ACTIONS:
+                state = controls.ACTIONS[args.action]
+                try:
+                    async with sessions() as session, session.begin():
+                        await service.switch(session, args.lane, state, "relay cli", args.reason)
+                except RelayError as exc:
+                    _err(exc.detail)
+                    return 2
+                _out(f"lane {args.lane}: {state.value}")
+                if args.wait and not await _wait_for_consumers(sessions, args.lane, state):
+                    return 3
+            async with sessions() as session:
+                view = await service.status(session, sqs, settings)
+    finally:
+        await engine.dispose()
+    if getattr(args, "json", False):
+        _out(jsonutil.dumps(view))
+    else:
+        _show_queues(view)
+    return 0
+
+
+async def _wait_for_consumers(sessions: Any, lane: str, state: Any, timeout_s: float = 60) -> bool:
+    """Until every consumer heard from in the last 30 s says it obeys (paused, or running)."""
+    from relay_core import controls
+
+    wanted = {controls.LaneState.paused: "paused", controls.LaneState.running: "running"}.get(state)
+    if wanted is None:  # draining ends by itself, when the queue is empty
+        return True
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        async with sessions() as session:
+            consumers = (await controls.overview(session))["consumers"]
+        live = [c for c in consumers if c["lane"] == lane and c["seenSecondsAgo"] < 30]
+        if all(c["state"] == wanted for c in live):
+            _out(f"{len(live)} consumer(s) {wanted}")
+            return True
+        if asyncio.get_running_loop().time() > deadline:
+            late = ", ".join(
+                f"{c['consumer']} ({c['state']})" for c in live if c["state"] != wanted
+            )
+            _err(f"after {timeout_s:g} s, not yet {wanted}: {late}")
+            return False
+        await asyncio.sleep(1)
+
+
+def _show_queues(view: dict[str, Any]) -> None:
+    for lane in view["lanes"]:
+        since = f"  since {lane['changedAt']} by {lane['changedBy']}" if lane["changedAt"] else ""
+        reason = f"  ({lane['reason']})" if lane["reason"] else ""
+        _out(f"lane {lane['lane']:8} {lane['state']}{since}{reason}")
+    for role, depth in view["depths"].items():
+        if isinstance(depth, str):
+            _out(f"{role:5} {depth}")
+        else:
+            _out(
+                f"{role:5} visible {depth['visible']}, in flight {depth['inFlight']}, "
+                f"delayed {depth['delayed']}"
+            )
+    if not view["consumers"]:
+        _out("no consumer has reported in the last hour")
+    for c in view["consumers"]:
+        _out(
+            f"consumer {c['consumer']}  {c['lane']}  {c['state']}  in flight {c['inFlight']}  "
+            f"received {c['received']}  circuit {c['circuit']}  seen {c['seenSecondsAgo']} s ago"
+        )
+
+
 async def _sweep_once(settings: ApiSettings) -> None:
     from relay_api.outbox.service import sweep_until_idle
     from relay_api.runtime import open_runtime
@@ -356,6 +439,21 @@ def build_parser() -> argparse.ArgumentParser:
         dest="action", required=True
     )
     queues.add_parser("create", help="create the queue and its DLQ with the redrive policy")
+    status = queues.add_parser("status", help="lanes, consumers and queue depths")
+    status.add_argument("--json", action="store_true", help="as JSON")
+    for action, about in (
+        ("pause", "consumers receive nothing and finish what they hold"),
+        ("drain", "consumers go on until the queue is empty, then the lane is paused"),
+        ("resume", "consumers receive again"),
+    ):
+        switch = queues.add_parser(action, help=about)
+        switch.add_argument("--lane", default="normal", help="the lane (default: normal)")
+        switch.add_argument("--reason", help="shown beside the state")
+        switch.add_argument(
+            "--wait",
+            action="store_true",
+            help="wait until every live consumer obeys (exit 3 if not within 60 s)",
+        )
 
     sweep = sub.add_parser("sweep", help="send committed rows that never reached SQS")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
@@ -395,8 +493,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "clients":
         return asyncio.run(_clients(settings, args))
     if args.command == "queues":
-        asyncio.run(_queues_create(settings))
-        return 0
+        if args.action == "create":
+            asyncio.run(_queues_create(settings))
+            return 0
+        return asyncio.run(_queues(settings, args))
     if args.command == "sweep":
         asyncio.run(_sweep_once(settings))
         return 0

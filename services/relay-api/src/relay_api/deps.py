@@ -13,7 +13,7 @@ from relay_api.auth.service import Caller
 from relay_api.limits.service import Limit
 from relay_api.openapi import API_KEY
 from relay_api.runtime import Runtime
-from relay_core.errors import Unauthorized, UnsupportedMediaType
+from relay_core.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
 
 
@@ -36,6 +36,7 @@ class UnitOfWork:
         self._session: AsyncSession | None = None
         self.outbox: list[TransactionMessage] = []
         self.after_commit: list[Callable[[], Awaitable[None]]] = []
+        self.on_rollback: list[Callable[[], None]] = []  # undo what is not in the database
 
     @property
     def session(self) -> AsyncSession:
@@ -64,8 +65,16 @@ async def unit_of_work(runtime: Runtime) -> AsyncIterator[UnitOfWork]:
     try:
         try:
             yield uow
+        except BaseException:
+            for undo in uow.on_rollback:
+                undo()
+            await uow.rollback()
+            raise
+        try:
             await uow.commit()
         except BaseException:
+            # Not undone: a commit that failed may still have been written (a lost
+            # connection), and what is undone here is what keeps budgets strict.
             await uow.rollback()
             raise
     finally:
@@ -121,6 +130,11 @@ def client_address(request: Request, trust_forwarded_for: bool) -> str:
 
 
 CallerDep = Annotated[Caller, Depends(get_caller)]
+
+
+def require_admin(caller: Caller) -> None:
+    if not caller.is_admin:
+        raise Forbidden("this endpoint needs an admin key (relay keys create --admin)")
 
 
 async def require_json(request: Request) -> None:

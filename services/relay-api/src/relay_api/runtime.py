@@ -12,6 +12,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import Authenticator, ensure_client_with_key
+from relay_api.limits.budget import Budgets
 from relay_api.limits.service import Limit, RateLimiter
 from relay_api.outbox.publisher import Publisher
 from relay_api.outbox.queue import WorkQueue
@@ -40,6 +41,7 @@ class Runtime:
     refresher: Refresher
     limiter: RateLimiter
     default_limit: Limit  # every client's, unless `relay clients policy` set its own
+    budgets: Budgets
     redis: Any = None
 
     rpc: evm.EvmRpc | None = None  # the chain, when RELAY_CHAIN_RPC_URL is set
@@ -102,12 +104,15 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             ),
             limiter=RateLimiter(redis, settings.redis_prefix),
             default_limit=Limit(settings.rate_limit_per_s, settings.rate_limit_burst),
+            budgets=Budgets(sessions, settings.budget_lease_s),
             cache=status_cache,
             executor=executor,
             refresher=refresher,
             redis=redis,
             rpc=rpc,
         )
+        # At shutdown, after the requests and before the engine: leases' rests go back.
+        stack.push_async_callback(runtime.budgets.close)
         if settings.dev_api_key is not None:
             async with sessions() as session, session.begin():
                 await ensure_client_with_key(
@@ -120,6 +125,9 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             stack.push_async_callback(_cancel, warm)
             publisher.start()
             stack.push_async_callback(publisher.stop)
+            budgets = asyncio.create_task(runtime.budgets.run(), name="budget-leases")
+            runtime.tasks.append(budgets)
+            stack.push_async_callback(_cancel, budgets)
             if settings.sweeper_enabled:
                 task = asyncio.create_task(
                     run_sweeper(

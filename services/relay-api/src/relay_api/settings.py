@@ -51,6 +51,13 @@ class ApiSettings(InfraSettings):
     unauthenticated_burst: int = Field(
         20, ge=1, description="requests at once per source address without a valid key"
     )
+    budget_lease_s: float = Field(
+        10.0,
+        gt=0,
+        le=300,
+        description="how long a process spends a slice of a client's daily budget from "
+        "memory before giving back the rest (relay_api/limits/budget.py)",
+    )
     unknown_key_cache_s: float = Field(
         30.0, ge=0, description="an unknown API key is answered 401 from memory this long"
     )

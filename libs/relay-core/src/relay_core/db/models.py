@@ -89,6 +89,34 @@ class ClientSpend(Base):
     value_wei: Mapped[str] = mapped_column(String(80))
 
 
+class QueueControl(Base):
+    """An operator's switch for one lane of work (relay_core.controls): consumers read it every
+    few seconds. No row: running."""
+
+    __tablename__ = "queue_controls"
+
+    lane: Mapped[str] = mapped_column(String(32), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # running | paused | draining
+    reason: Mapped[str | None] = mapped_column(String(500), default=None)
+    changed_by: Mapped[str] = mapped_column(String(100))
+    changed_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class ConsumerReport(Base):
+    """What each consumer process last said of itself (every few seconds while it runs)."""
+
+    __tablename__ = "consumer_reports"
+
+    consumer_id: Mapped[str] = mapped_column(String(200), primary_key=True)
+    lane: Mapped[str] = mapped_column(String(32))
+    state: Mapped[str] = mapped_column(String(16))  # running | pausing | paused | stopped
+    in_flight: Mapped[int] = mapped_column(Integer, default=0)
+    received: Mapped[int] = mapped_column(BigInteger, default=0)
+    circuit: Mapped[str] = mapped_column(String(16))
+    started_at: Mapped[datetime] = mapped_column(Timestamp)
+    seen_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
 class Transaction(Base):
     __tablename__ = "transactions"
     __table_args__ = (

@@ -63,7 +63,7 @@ from relay_core import ethereum, evm
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
-from relay_core.policy import PolicyCache, PolicyRefused, Spend, over_budget
+from relay_core.policy import PolicyCache, PolicyRefused, Spend
 from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType, is_terminal
 
@@ -211,8 +211,7 @@ class TransactionProcessor:
         try:
             current.check(spend)
             if spend.value > 0 and current.daily_value_wei is not None:
-                async with self.sessions() as session:
-                    over = await over_budget(session, tx.client_id, current, utcnow())
+                over = await self.policies.over_budget(tx.client_id, current)
                 if over is not None:
                     raise PolicyRefused(
                         "dailyValueWei",

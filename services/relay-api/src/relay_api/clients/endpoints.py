@@ -6,16 +6,14 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path
 
-from relay_api.auth.service import Caller
 from relay_api.clients import repository, service
 from relay_api.clients.schemas import ClientChanges, ClientView
-from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep
+from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, require_admin
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay.schemas import CallbackRequest, CallbackResponse
 from relay_api.relay.service import check_callback_url
 from relay_api.responses import Json
 from relay_core import apikeys
-from relay_core.errors import Forbidden
 
 router = APIRouter(prefix="/api/v1/clients", tags=["clients"])
 
@@ -63,11 +61,6 @@ ADMIN_NOTES = {
 }
 
 
-def _require_admin(caller: Caller) -> None:
-    if not caller.is_admin:
-        raise Forbidden("this endpoint needs an admin key (relay keys create --admin)")
-
-
 @admin_router.get(
     "/{client}",
     response_model=ClientView,
@@ -77,7 +70,7 @@ def _require_admin(caller: Caller) -> None:
 async def show_client(ref: ClientRef, caller: CallerDep, uow: UowDep, runtime: RuntimeDep) -> Json:
     """A client's settings: rate limit, spend policy and what it has spent in the last 24
     hours (what ``relay clients show`` prints)."""
-    _require_admin(caller)
+    require_admin(caller)
     client = await service.find(uow.session, ref)
     return Json(await service.view(uow.session, client, runtime.settings))
 
@@ -99,7 +92,7 @@ async def change_client(
     together: back to the default); ``allowedTo: []`` allows any destination. This replica
     applies it at once, the others within the key cache time (``RELAY_AUTH_CACHE_TTL_S``),
     the consumers within five seconds."""
-    _require_admin(caller)
+    require_admin(caller)
     client = await service.find(uow.session, ref)
     service.change(client, body.model_dump(by_alias=True, exclude_unset=True), runtime.settings)
     await uow.session.flush()

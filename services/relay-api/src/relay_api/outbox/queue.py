@@ -12,7 +12,7 @@ from relay_core.queue import TransactionMessage, send_batch
 
 class WorkQueue:
     def __init__(self, sqs: Any, queue_name: str, timeout_s: float) -> None:
-        self._sqs = sqs
+        self.sqs = self._sqs = sqs  # (public: the admin endpoints read depths with it)
         self._queue_name = queue_name
         self._timeout_s = timeout_s
         self._url: str | None = None

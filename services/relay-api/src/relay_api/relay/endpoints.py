@@ -66,7 +66,7 @@ async def submit_direct(
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
     async with unit_of_work(runtime) as uow:
-        accepted = await service.accept(uow.session, caller, new, key, uow.outbox)
+        accepted = await service.accept(uow, caller, new, key, runtime.budgets)
     return _accepted(accepted)
 
 
@@ -91,7 +91,7 @@ async def submit_gasless(
     new = service.prepare_gasless(body, runtime.settings)
     await service.check_nonce_unused(runtime.rpc, service.gasless_domain(runtime.settings), new)
     async with unit_of_work(runtime) as uow:
-        accepted = await service.accept(uow.session, caller, new, key, uow.outbox)
+        accepted = await service.accept(uow, caller, new, key, runtime.budgets)
     return _accepted(accepted)
 
 

@@ -14,7 +14,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -35,6 +35,10 @@ from relay_core.queue import TransactionMessage
 from relay_core.statuses import TxStatus, TxType, is_terminal
 from relay_core.tracking import interpret
 from relay_core.views import rfc3339, status_entry
+
+if TYPE_CHECKING:
+    from relay_api.deps import UnitOfWork
+    from relay_api.limits.budget import Budgets
 
 log = logging.getLogger(__name__)
 
@@ -226,15 +230,16 @@ def prepare_gasless(body: GaslessRequest, settings: ApiSettings) -> NewTransacti
 
 
 async def accept(
-    session: AsyncSession,
+    uow: UnitOfWork,
     caller: Caller,
     new: NewTransaction,
     idempotency_key: str | None,
-    outbox: list[TransactionMessage],
+    budgets: Budgets,
 ) -> Accepted:
-    """Insert the row; the caller's unit of work commits and then publishes ``outbox``.
-    The client's spend policy is checked first, and its daily budget reserved in the same
-    transaction (relay_core.policy)."""
+    """Insert the row; the unit of work commits and then publishes its outbox. The client's
+    spend policy is checked first, and its daily budget reserved (relay_core.policy,
+    relay_api.limits.budget): given back if the row is not committed."""
+    session = uow.session
     fingerprint = jsonutil.fingerprint(
         {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
     )
@@ -242,7 +247,7 @@ async def accept(
     spend = policy.Spend.of(new.type, new.request)
     try:
         caller.policy.check(spend)
-        await policy.reserve(session, caller.id, caller.policy, spend.value, now)
+        give_back = await budgets.reserve(session, caller.id, caller.policy, spend.value)
     except policy.PolicyRefused:
         # A retry of a request accepted before its policy changed (or its budget ran out,
         # by this very request) is answered as it was then.
@@ -265,12 +270,15 @@ async def accept(
         created_at=now,
         updated_at=now,
     )
+    uow.on_rollback.append(give_back)
     try:
         await repository.add(session, tx)
     except IntegrityError:
         await session.rollback()
+        give_back()
+        uow.on_rollback.remove(give_back)
         return await _resolve_duplicate(session, caller, new, idempotency_key, fingerprint)
-    outbox.append(TransactionMessage.new(tx.id, new.type))
+    uow.outbox.append(TransactionMessage.new(tx.id, new.type))
     metrics.ACCEPTED.labels(new.type.value).inc()
     return Accepted(transaction_id=tx.id, created_at=rfc3339(now) or "", replayed=False)
 
