@@ -34,12 +34,12 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_core import evm
+from relay_core import dlq, evm
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch, transition
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
-from relay_core.queue import PoisonMessage, TransactionMessage, send_batch
+from relay_core.queue import TransactionMessage, send_batch
 from relay_core.settings import InfraSettings
 from relay_core.statuses import TxStatus, is_terminal
 from relay_core.tracking import apply_upstream, interpret
@@ -51,7 +51,6 @@ SOURCE = "reconciler"
 # The pipeline counts dead-lettered transactions by this event source.
 SOURCE_DLQ = "consumer.dlq"
 # How many dead-letter messages one pass reads to learn which rows they hold.
-DLQ_SCAN_LIMIT = 10_000
 
 
 @dataclass
@@ -155,46 +154,20 @@ class Reconciler:
         """Which of ``wanted`` have a message in the DLQ, with the reason it carries. Reads
         the DLQ (hiding what it read for a moment), then makes it all visible again."""
         found: dict[str, str] = {}
-        handles: list[str] = []
-        seen: set[str] = set()
-        try:
-            while len(seen) < DLQ_SCAN_LIMIT and len(found) < len(wanted):
-                response = await self._sqs.receive_message(
-                    QueueUrl=self._dlq_url,
-                    MaxNumberOfMessages=10,
-                    WaitTimeSeconds=0,
-                    VisibilityTimeout=60,
-                    MessageAttributeNames=["All"],
-                )
-                messages = response.get("Messages", [])
-                fresh = [m for m in messages if m["MessageId"] not in seen]
-                if not fresh:
-                    break
-                for message in fresh:
-                    seen.add(message["MessageId"])
-                    handles.append(message["ReceiptHandle"])
-                    try:
-                        transaction_id = TransactionMessage.parse(message["Body"]).transaction_id
-                    except PoisonMessage:
-                        continue
-                    if transaction_id in wanted:
-                        found[transaction_id] = _dead_letter_reason(message)
-        finally:
-            await self._reveal(handles)
-        return found
 
-    async def _reveal(self, handles: list[str]) -> None:
-        for start in range(0, len(handles), 10):
-            entries = [
-                {"Id": str(i), "ReceiptHandle": handle, "VisibilityTimeout": 0}
-                for i, handle in enumerate(handles[start : start + 10])
-            ]
-            try:
-                await self._sqs.change_message_visibility_batch(
-                    QueueUrl=self._dlq_url, Entries=entries
+        def note(letter: dlq.DeadLetter) -> bool:
+            if letter.transaction_id in wanted:
+                found[letter.transaction_id] = (
+                    letter.reason or "moved to the DLQ by the redrive policy"
                 )
-            except Exception as exc:  # they reappear after the 60 s anyway
-                log.info("reconcile.dlq_reveal_failed", extra={"error": str(exc)})
+            return len(found) == len(wanted)
+
+        letters: list[dlq.DeadLetter] = []
+        try:
+            letters = await dlq.read(self._sqs, self._dlq_url, enough=note)
+        finally:
+            await dlq.reveal(self._sqs, self._dlq_url, letters)
+        return found
 
     # --- rows the executor has lost ----------------------------------------------------------
 
@@ -333,9 +306,3 @@ async def _missing_upstream(session: AsyncSession, since_before: datetime, limit
     found = list(rows.scalars())
     session.expunge_all()
     return found
-
-
-def _dead_letter_reason(message: dict[str, Any]) -> str:
-    attributes = message.get("MessageAttributes") or {}
-    reason = (attributes.get("deadLetterReason") or {}).get("StringValue")
-    return str(reason) if reason else "moved to the DLQ by the redrive policy"

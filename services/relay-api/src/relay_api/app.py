@@ -12,6 +12,7 @@ from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit
+from relay_api.queues.endpoints import dlq_router
 from relay_api.queues.endpoints import router as queues_router
 from relay_api.relay.endpoints import router as relay_router
 from relay_api.responses import Json
@@ -46,4 +47,5 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.include_router(clients_router)
     app.include_router(clients_admin_router)
     app.include_router(queues_router)
+    app.include_router(dlq_router)
     return app

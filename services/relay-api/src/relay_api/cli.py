@@ -12,6 +12,9 @@ relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL 
 relay queues status [--json]          each lane's switch, its consumers, the queues' depths
 relay queues pause|drain|resume [--lane normal] [--reason TEXT] [--wait]
                                       stop receiving / finish the queue, then stop / go on
+relay dlq list [--limit N] [--json]   dead letters with their reasons and their rows
+relay dlq show REF [--json]           one (REF: message or transaction id) and its history
+relay dlq purge [--yes]               delete them all (asks for the DLQ's name)
 relay sweep --once                    enqueue committed rows that never reached SQS
 relay reconcile --once                settle rows whose message is gone or whose executor
                                       record is lost (the consumers run it every minute)
@@ -23,9 +26,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 from relay_api.settings import ApiSettings
@@ -190,38 +194,104 @@ async def _queues_create(settings: ApiSettings) -> None:
     _out(f"dlq   {dlq_url} (maxReceiveCount {settings.queue_max_receive_count})")
 
 
-async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
-    from relay_api.queues import service
-    from relay_core import controls, jsonutil, queue
+@contextlib.asynccontextmanager
+async def _database_and_sqs(settings: ApiSettings) -> AsyncIterator[tuple[Any, Any]]:
+    """A session maker and an SQS client, for the commands that need both."""
+    from relay_core import queue
     from relay_core.db.engine import create_engine, create_sessionmaker
-    from relay_core.errors import RelayError
 
     engine = create_engine(settings)
-    sessions = create_sessionmaker(engine)
     try:
         async with queue.session().client(
             "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
         ) as sqs:
-            if args.action in controls.ACTIONS:
-                state = controls.ACTIONS[args.action]
-                try:
-                    async with sessions() as session, session.begin():
-                        await service.switch(session, args.lane, state, "relay cli", args.reason)
-                except RelayError as exc:
-                    _err(exc.detail)
-                    return 2
-                _out(f"lane {args.lane}: {state.value}")
-                if args.wait and not await _wait_for_consumers(sessions, args.lane, state):
-                    return 3
-            async with sessions() as session:
-                view = await service.status(session, sqs, settings)
+            yield create_sessionmaker(engine), sqs
     finally:
         await engine.dispose()
+
+
+async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_api.queues import service
+    from relay_core import controls, jsonutil
+    from relay_core.errors import RelayError
+
+    async with _database_and_sqs(settings) as (sessions, sqs):
+        if args.action in controls.ACTIONS:
+            state = controls.ACTIONS[args.action]
+            try:
+                async with sessions() as session, session.begin():
+                    await service.switch(session, args.lane, state, "relay cli", args.reason)
+            except RelayError as exc:
+                _err(exc.detail)
+                return 2
+            _out(f"lane {args.lane}: {state.value}")
+            if args.wait and not await _wait_for_consumers(sessions, args.lane, state):
+                return 3
+        async with sessions() as session:
+            view = await service.status(session, sqs, settings)
     if getattr(args, "json", False):
         _out(jsonutil.dumps(view))
     else:
         _show_queues(view)
     return 0
+
+
+async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_api.queues import dlq
+    from relay_core import jsonutil
+    from relay_core.errors import RelayError
+
+    async with _database_and_sqs(settings) as (sessions, sqs):
+        try:
+            if args.action == "purge":
+                confirm = settings.dlq_name if args.yes else _ask_queue_name(settings.dlq_name)
+                _out(f"purged {await dlq.purge(sqs, settings, confirm)} message(s)")
+                return 0
+            async with sessions() as session:
+                if args.action == "show":
+                    view = await dlq.show(session, sqs, settings, args.ref)
+                else:
+                    view = await dlq.listing(session, sqs, settings, args.limit)
+        except RelayError as exc:
+            _err(exc.detail)
+            return 1 if exc.status_code == 404 else 2
+    if args.json:
+        _out(jsonutil.dumps(view))
+    elif args.action == "show":
+        _show_dead_letter(view)
+    else:
+        _out(f"{view['queue']}: {view['depth']} message(s); {len(view['messages'])} shown")
+        for letter in view["messages"]:
+            _show_dead_letter(letter, brief=True)
+    return 0
+
+
+def _ask_queue_name(name: str) -> str | None:
+    if not sys.stdin.isatty():
+        _err(f"purge needs --yes when not run at a terminal (it deletes every message of {name})")
+        return None
+    sys.stderr.write(f"this deletes every message of {name}; type its name to go on: ")
+    sys.stderr.flush()
+    return sys.stdin.readline().strip()
+
+
+def _show_dead_letter(letter: dict[str, Any], brief: bool = False) -> None:
+    row = letter["transaction"]
+    state = f"{row['status']}" + (f" ({row['error']})" if row["error"] else "") if row else "no row"
+    _out(
+        f"{letter['messageId']}  tx {letter['transactionId'] or '-'}  "
+        f"at {letter['deadLetteredAt'] or '-'}  receives {letter['receiveCount'] or '-'}"
+    )
+    _out(f"    why: {letter['reason']}")
+    _out(f"    row: {state}")
+    if brief:
+        return
+    _out(f"    body: {letter['body']}")
+    for event in letter.get("events") or []:
+        _out(
+            f"    {event['at']}  {event['from'] or '-'} -> {event['to']}  {event['source']}  "
+            f"{event['reason'] or ''}"
+        )
 
 
 async def _wait_for_consumers(sessions: Any, lane: str, state: Any, timeout_s: float = 60) -> bool:
@@ -455,6 +525,18 @@ def build_parser() -> argparse.ArgumentParser:
             help="wait until every live consumer obeys (exit 3 if not within 60 s)",
         )
 
+    dead = sub.add_parser("dlq", help="the dead-letter queue").add_subparsers(
+        dest="action", required=True
+    )
+    listing = dead.add_parser("list", help="its messages with their reasons and rows")
+    listing.add_argument("--limit", type=_positive_int, default=100, help="most to read (100)")
+    listing.add_argument("--json", action="store_true", help="as JSON")
+    one = dead.add_parser("show", help="one message, its body and its row's history")
+    one.add_argument("ref", help="the message id or the transaction id")
+    one.add_argument("--json", action="store_true", help="as JSON")
+    purge = dead.add_parser("purge", help="delete every message (asks for the queue's name)")
+    purge.add_argument("--yes", action="store_true", help="do not ask")
+
     sweep = sub.add_parser("sweep", help="send committed rows that never reached SQS")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")
 
@@ -497,6 +579,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             asyncio.run(_queues_create(settings))
             return 0
         return asyncio.run(_queues(settings, args))
+    if args.command == "dlq":
+        return asyncio.run(_dlq(settings, args))
     if args.command == "sweep":
         asyncio.run(_sweep_once(settings))
         return 0

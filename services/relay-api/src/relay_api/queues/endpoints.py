@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Query
 
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, require_admin
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
-from relay_api.queues import service
-from relay_api.queues.schemas import LaneChange, QueuesView
+from relay_api.queues import dlq, service
+from relay_api.queues.schemas import DeadLetters, DeadLetterView, LaneChange, Purged, QueuesView
 from relay_api.responses import Json
 from relay_core.controls import LaneState
 
@@ -48,3 +48,60 @@ async def switch_lane(
     require_admin(caller)
     await service.switch(uow.session, lane, LaneState(body.state), caller.name, body.reason)
     return Json(await service.status(uow.session, runtime.queue.sqs, runtime.settings))
+
+
+dlq_router = APIRouter(prefix="/api/v1/admin/dlq", tags=["admin"])
+
+
+@dlq_router.get(
+    "",
+    response_model=DeadLetters,
+    responses=errors(*AUTHENTICATED, 422, notes=NOTES),
+    operation_id="listDeadLetters",
+)
+async def dead_letters(
+    caller: CallerDep,
+    uow: UowDep,
+    runtime: RuntimeDep,
+    limit: Annotated[int, Query(ge=1, le=1000, description="most messages to read")] = 100,
+) -> Json:
+    """The DLQ's messages, each with its reason and its transaction's row (``relay dlq
+    list``). Reading takes nothing from the queue."""
+    require_admin(caller)
+    return Json(await dlq.listing(uow.session, runtime.queue.sqs, runtime.settings, limit))
+
+
+@dlq_router.get(
+    "/{ref}",
+    response_model=DeadLetterView,
+    responses=errors(
+        *AUTHENTICATED, 422, notes={**NOTES, 404: "No such message or transaction in the DLQ"}
+    ),
+    operation_id="getDeadLetter",
+)
+async def dead_letter(
+    ref: Annotated[str, Path(min_length=1, max_length=100, description="message or tx id")],
+    caller: CallerDep,
+    uow: UowDep,
+    runtime: RuntimeDep,
+) -> Json:
+    """One dead letter, with the body as sent and its row's history (``relay dlq show``)."""
+    require_admin(caller)
+    return Json(await dlq.show(uow.session, runtime.queue.sqs, runtime.settings, ref))
+
+
+@dlq_router.delete(
+    "",
+    response_model=Purged,
+    responses=errors(*AUTHENTICATED, 422, notes={**NOTES, 400: "confirm does not name the DLQ"}),
+    operation_id="purgeDeadLetters",
+)
+async def purge_dead_letters(
+    caller: CallerDep,
+    runtime: RuntimeDep,
+    confirm: Annotated[str | None, Query(max_length=100, description="the DLQ's name")] = None,
+) -> Json:
+    """Delete every message of the DLQ (``relay dlq purge``); ``confirm`` must name it. Rows
+    are not touched: those still waiting are found by the reconciler and enqueued again."""
+    require_admin(caller)
+    return Json({"purged": await dlq.purge(runtime.queue.sqs, runtime.settings, confirm)})

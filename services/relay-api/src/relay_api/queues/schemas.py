@@ -43,3 +43,48 @@ class QueuesView(BaseModel):
         description="queue and dlq: visible, inFlight, delayed (SQS's approximate counts), or "
         "why they could not be read"
     )
+
+
+class DeadLetterRow(BaseModel):
+    id: str
+    client_id: str = Field(alias="clientId")
+    type: str
+    status: str
+    error: str | None
+    attempts: int
+    executor_tx_id: str | None = Field(alias="executorTxId")
+    created_at: str | None = Field(alias="createdAt")
+    updated_at: str | None = Field(alias="updatedAt")
+
+
+class DeadLetterEvent(BaseModel):
+    at: str | None
+    from_: str | None = Field(alias="from")
+    to: str
+    source: str
+    reason: str | None
+
+
+class DeadLetterView(BaseModel):
+    message_id: str = Field(alias="messageId")
+    transaction_id: str | None = Field(alias="transactionId")
+    kind: str | None = Field(
+        description="permanent | exhausted | poison (set by a consumer); null: moved by the "
+        "queue's redrive policy"
+    )
+    reason: str
+    receive_count: int | None = Field(alias="receiveCount")
+    dead_lettered_at: str | None = Field(alias="deadLetteredAt")
+    transaction: DeadLetterRow | None = Field(description="its row, if it has one")
+    body: str | None = Field(None, description="the message as sent (one message only)")
+    events: list[DeadLetterEvent] | None = Field(None, description="its row's history")
+
+
+class DeadLetters(BaseModel):
+    queue: str
+    depth: int = Field(description="messages in the DLQ (SQS's approximate count)")
+    messages: list[DeadLetterView]
+
+
+class Purged(BaseModel):
+    purged: int = Field(description="messages the DLQ held (approximately)")
