@@ -36,9 +36,21 @@ SECRET_NAMES = {
 }
 API_SECRETS = {"DATABASE_URL", "REDIS_URL", "RELAY_EXECUTOR_API_KEY", "RELAY_WEBHOOK_SIGNING_KEY"}
 CONSUMER_SECRETS = {"DATABASE_URL", "REDIS_URL", "RELAY_EXECUTOR_API_KEY"}
-API_ACTIONS = {("sqs:SendMessage", WORK_QUEUE), ("sqs:GetQueueUrl", WORK_QUEUE)} | {
-    ("sqs:GetQueueAttributes", WORK_QUEUE)
-}
+API_ACTIONS = (
+    {("sqs:SendMessage", WORK_QUEUE), ("sqs:GetQueueUrl", WORK_QUEUE)}
+    | {("sqs:GetQueueAttributes", WORK_QUEUE)}
+    | {  # the admin DLQ endpoints (relay_api/queues/dlq.py)
+        (f"sqs:{action}", DLQ)
+        for action in (
+            "GetQueueUrl",
+            "GetQueueAttributes",
+            "ReceiveMessage",
+            "ChangeMessageVisibility",
+            "DeleteMessage",
+            "PurgeQueue",
+        )
+    }
+)
 CONSUMER_ACTIONS = {
     ("sqs:ReceiveMessage", WORK_QUEUE),
     ("sqs:DeleteMessage", WORK_QUEUE),

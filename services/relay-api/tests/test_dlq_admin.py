@@ -5,14 +5,17 @@ the same code (tested at the end, as a process)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import httpx
 from api_testkit import DEAD
+from sqlalchemy import select, update
 
 from relay_api.runtime import Runtime
 from relay_core import queue as queue_mod
+from relay_core.db.models import Transaction
 from relay_core.testing import infra_process_env, relay_command
 
 
@@ -104,3 +107,75 @@ async def test_an_operator_lists_shows_and_purges_dead_letters(
     assert purged.status_code == 200, purged.text
     assert purged.json() == {"purged": 2}
     assert await _depths(sqs, dlq_url) == (0, 0)
+
+
+async def test_a_redrive_sends_each_chosen_message_back_once_and_says_why_it_left_others(
+    client: httpx.AsyncClient, runtime: Runtime, new_key: Any, sqs: Any, queues: tuple[str, str]
+) -> None:
+    key = {"X-API-Key": await new_key("acme")}
+    admin = {"X-API-Key": await new_key("ops", admin=True)}
+    ids = []
+    for i in range(3):
+        answer = await client.post(
+            "/api/v1/relay/direct", json={"to": DEAD, "data": f"0x0{i}"}, headers=key
+        )
+        ids.append(answer.json()["transactionId"])
+    waiting, processing, exhausted = ids
+    async with runtime.sessions() as session, session.begin():
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == processing)
+            .values(status="processing", claimed_by="gone:1", dead_letters=1)
+        )
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == exhausted)
+            .values(status="failed", error="executor unavailable for 3600 s")
+        )
+    queue_url, dlq_url = queues
+    # The accepts' own messages (published after their commits) out of the way.
+    for _ in range(100):
+        if await _depths(sqs, queue_url) == (3, 0):
+            break
+        await asyncio.sleep(0.1)
+    await sqs.purge_queue(QueueUrl=queue_url)
+    await _dead_letter(sqs, dlq_url, waiting)
+    processing_message = await _dead_letter(sqs, dlq_url, processing)
+    await _dead_letter(
+        sqs, dlq_url, exhausted, deadLetterKind="exhausted", deadLetterReason="budget spent"
+    )
+    poison = await sqs.send_message(QueueUrl=dlq_url, MessageBody="not json")
+
+    redriven = await client.post(
+        "/api/v1/admin/dlq/redrive",
+        json={"messages": [waiting, processing_message, exhausted, poison["MessageId"], "nope"]},
+        headers=admin,
+    )
+    assert redriven.status_code == 200, redriven.text
+    result = redriven.json()
+    assert sorted(r["transactionId"] for r in result["redriven"]) == sorted([waiting, processing])
+    assert sorted(r["why"] for r in result["left"]) == [
+        "final: failed (executor unavailable for 3600 s); a final transaction is not run again "
+        "(its client sends it anew)",
+        "nope: not in the DLQ",
+        "not a transaction message",
+    ]
+    # Each redriven transaction is in the work queue once; what was left is still in the DLQ.
+    assert await _depths(sqs, dlq_url) == (2, 0)
+    received = await sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=10)
+    bodies = [json.loads(m["Body"])["transactionId"] for m in received["Messages"]]
+    assert sorted(bodies) == sorted([waiting, processing])
+
+    # The rows are as they were, but for the reconciler's count of their dead letters; the
+    # failed one stays failed.
+    async with runtime.sessions() as session:
+        rows = {
+            tx.id: tx
+            for tx in await session.scalars(select(Transaction).where(Transaction.id.in_(ids)))
+        }
+    assert (rows[processing].status, rows[processing].claimed_by) == ("processing", "gone:1")
+    assert rows[processing].dead_letters == 0
+    assert rows[exhausted].status == "failed"
+
+    nothing = await client.post("/api/v1/admin/dlq/redrive", json={}, headers=admin)
+    assert nothing.status_code == 400

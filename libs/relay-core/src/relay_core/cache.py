@@ -11,7 +11,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -50,7 +50,25 @@ def connect(url: str, timeout_s: float) -> Redis:
     )
 
 
+class CacheSettings(Protocol):
+    redis_prefix: str
+    status_cache_terminal_ttl_s: int
+    status_cache_active_ttl_s: int
+
+
 class StatusCache:
+    @classmethod
+    def configured(cls, redis: Redis | None, settings: CacheSettings) -> StatusCache | None:
+        """The cache as ``settings`` describe it, on ``redis`` (None without one)."""
+        if redis is None:
+            return None
+        return cls(
+            redis,
+            settings.redis_prefix,
+            terminal_ttl_s=settings.status_cache_terminal_ttl_s,
+            active_ttl_s=settings.status_cache_active_ttl_s,
+        )
+
     def __init__(
         self, redis: Redis, prefix: str, *, terminal_ttl_s: int = 600, active_ttl_s: int = 10
     ) -> None:

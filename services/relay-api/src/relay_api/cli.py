@@ -14,6 +14,8 @@ relay queues pause|drain|resume [--lane normal] [--reason TEXT] [--wait]
                                       stop receiving / finish the queue, then stop / go on
 relay dlq list [--limit N] [--json]   dead letters with their reasons and their rows
 relay dlq show REF [--json]           one (REF: message or transaction id) and its history
+relay dlq redrive REF ... | --all     back to the work queue, rows ready to decide afresh
+                                      (exit 4 when some are left in the DLQ, with why)
 relay dlq purge [--yes]               delete them all (asks for the DLQ's name)
 relay sweep --once                    enqueue committed rows that never reached SQS
 relay reconcile --once                settle rows whose message is gone or whose executor
@@ -247,6 +249,8 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
                 confirm = settings.dlq_name if args.yes else _ask_queue_name(settings.dlq_name)
                 _out(f"purged {await dlq.purge(sqs, settings, confirm)} message(s)")
                 return 0
+            if args.action == "redrive":
+                return await _redrive(settings, sessions, sqs, args)
             async with sessions() as session:
                 if args.action == "show":
                     view = await dlq.show(session, sqs, settings, args.ref)
@@ -264,6 +268,32 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
         for letter in view["messages"]:
             _show_dead_letter(letter, brief=True)
     return 0
+
+
+async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argparse.Namespace) -> int:
+    from relay_api.queues import dlq
+    from relay_core import cache as cache_mod
+
+    if bool(args.all) == bool(args.refs):
+        _err("name the messages (message or transaction ids) or say --all")
+        return 2
+    redis = (
+        cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
+        if settings.redis_url
+        else None
+    )
+    cache = cache_mod.StatusCache.configured(redis, settings)
+    try:
+        result = await dlq.redrive(
+            sessions, sqs, settings, cache, None if args.all else args.refs, by="relay cli"
+        )
+    finally:
+        if redis is not None:
+            await redis.aclose()
+    _out(f"redriven {len(result['redriven'])}, left {len(result['left'])}")
+    for item in result["left"]:
+        _out(f"  left {item['messageId'] or '-'}  tx {item['transactionId'] or '-'}: {item['why']}")
+    return 0 if not result["left"] else 4
 
 
 def _ask_queue_name(name: str) -> str | None:
@@ -376,16 +406,7 @@ async def _reconcile_once(settings: ApiSettings) -> None:
         ) as sqs:
             queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
             dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
-            status_cache = (
-                cache_mod.StatusCache(
-                    redis,
-                    settings.redis_prefix,
-                    terminal_ttl_s=settings.status_cache_terminal_ttl_s,
-                    active_ttl_s=settings.status_cache_active_ttl_s,
-                )
-                if redis is not None
-                else None
-            )
+            status_cache = cache_mod.StatusCache.configured(redis, settings)
             reconciler = Reconciler(
                 create_sessionmaker(engine),
                 sqs,
@@ -534,6 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     one = dead.add_parser("show", help="one message, its body and its row's history")
     one.add_argument("ref", help="the message id or the transaction id")
     one.add_argument("--json", action="store_true", help="as JSON")
+    redrive = dead.add_parser(
+        "redrive", help="send messages back to the work queue, their rows ready to decide afresh"
+    )
+    redrive.add_argument("refs", nargs="*", metavar="REF", help="message or transaction ids")
+    redrive.add_argument("--all", action="store_true", help="every message of the DLQ")
     purge = dead.add_parser("purge", help="delete every message (asks for the queue's name)")
     purge.add_argument("--yes", action="store_true", help="do not ask")
 

@@ -1,23 +1,43 @@
 """The dead-letter queue as an operator reads it: each message with its reason and the row of
-its transaction beside it (``relay dlq list|show|purge`` and the admin endpoints alike).
+its transaction beside it (``relay dlq list|show|redrive|purge`` and the admin endpoints).
 
 Reading hides messages for a moment and shows them again (relay_core.dlq): nothing is taken
-from the DLQ except by ``purge``. A purged message's row is not touched: rows still waiting
-(never executed) are found by the reconciler and enqueued again, final ones stay final.
+from the DLQ except by ``redrive`` and ``purge``. A purged message's row is not touched: rows
+still waiting (never executed) are found by the reconciler and enqueued again, final ones
+stay final.
+
+A redrive sends each chosen message's transaction back to the work queue, exactly once, for
+the consumer to decide afresh from its row, as from any redelivery (a claim is taken over only
+once stale, an attempt in doubt is looked up at the executor before anything is sent). Only a
+row still under way can be redriven: statuses move forward only, and a client told ``failed``
+may already have sent the transaction again, so a final row (and a message with no row, or no
+transaction at all) stays in the DLQ, with the reason. The reconciler's count of the row's
+dead letters starts again.
+
+Per message: the row is marked enqueued and committed, the message sent to the work queue, and
+only then deleted from the DLQ, so a redrive cut short leaves a message in both queues at
+worst (the consumer drops a second copy by the row), never in neither.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 from sqlalchemy import select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_core import dlq
-from relay_core.db.models import Transaction, TransactionEvent
+from relay_core.cache import StatusCache
+from relay_core.db.models import Transaction, TransactionEvent, utcnow
+from relay_core.db.transitions import touch
 from relay_core.errors import BadRequest, NotFound
+from relay_core.queue import TransactionMessage, send_batch
 from relay_core.settings import InfraSettings
-from relay_core.views import rfc3339
+from relay_core.statuses import is_terminal
+from relay_core.views import rfc3339, status_entry
+
+log = logging.getLogger(__name__)
 
 
 async def dlq_url(sqs: Any, settings: InfraSettings) -> str:
@@ -71,6 +91,108 @@ async def show(
             for e in events
         ]
     return view
+
+
+async def redrive(
+    sessions: async_sessionmaker[AsyncSession],
+    sqs: Any,
+    settings: InfraSettings,
+    cache: StatusCache | None,
+    refs: list[str] | None,
+    by: str,
+) -> dict[str, Any]:
+    """Redrive the messages named by ``refs`` (message or transaction ids), or all of them
+    (None). Returns what was redriven and what was left, with why."""
+    url = await dlq_url(sqs, settings)
+    queue_url = str((await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"])
+    wanted = set(refs or ())
+    letters = await dlq.read(sqs, url, hold_s=300)
+    chosen = [le for le in letters if refs is None or {le.message_id, le.transaction_id} & wanted]
+    others = [le for le in letters if le not in chosen]
+    redriven: list[dict[str, Any]] = []
+    left: list[dict[str, Any]] = []
+    try:
+        await dlq.reveal(sqs, url, others)
+        ready: list[tuple[dlq.DeadLetter, Transaction]] = []
+        for letter in chosen:
+            tx, why = await _make_ready(sessions, cache, letter)
+            if tx is None:
+                left.append(
+                    {
+                        "messageId": letter.message_id,
+                        "transactionId": letter.transaction_id,
+                        "why": why,
+                    }
+                )
+            else:
+                ready.append((letter, tx))
+        for start in range(0, len(ready), 10):
+            batch = ready[start : start + 10]
+            sent = await send_batch(
+                sqs, queue_url, [TransactionMessage.new(tx.id, tx.type) for _, tx in batch]
+            )
+            done = [letter for letter, tx in batch if tx.id in sent]
+            await _delete(sqs, url, done)
+            redriven += [
+                {"messageId": le.message_id, "transactionId": le.transaction_id} for le in done
+            ]
+            left += [
+                {
+                    "messageId": le.message_id,
+                    "transactionId": le.transaction_id,
+                    "why": "SQS did not take it; try again",
+                }
+                for le, tx in batch
+                if tx.id not in sent
+            ]
+    finally:
+        done_ids = {r["messageId"] for r in redriven}
+        await dlq.reveal(sqs, url, [le for le in chosen if le.message_id not in done_ids])
+    missing = sorted(
+        wanted
+        - {le.message_id for le in chosen}
+        - {le.transaction_id for le in chosen if le.transaction_id}
+    )
+    left += [
+        {"messageId": None, "transactionId": None, "why": f"{ref}: not in the DLQ"}
+        for ref in missing
+    ]
+    log.info("dlq.redrive", extra={"by": by, "redriven": len(redriven), "left": len(left)})
+    return {"redriven": redriven, "left": left}
+
+
+async def _make_ready(
+    sessions: async_sessionmaker[AsyncSession],
+    cache: StatusCache | None,
+    letter: dlq.DeadLetter,
+) -> tuple[Transaction | None, str]:
+    """Mark the row enqueued again, for the consumer to decide afresh (see the module's
+    docstring); (None, why) when it cannot be redriven."""
+    if letter.transaction_id is None:
+        return None, "not a transaction message"
+    async with sessions() as session, session.begin():
+        tx = await session.get(Transaction, letter.transaction_id, with_for_update=True)
+        if tx is None:
+            return None, "no such transaction"
+        if is_terminal(tx.status):
+            return None, (
+                f"final: {tx.status} ({tx.error or 'no error'}); a final transaction is not "
+                "run again (its client sends it anew)"
+            )
+        await touch(session, tx, enqueued_at=utcnow(), dead_letters=0)
+    if cache is not None:
+        await cache.put_quietly(tx.id, tx.version, status_entry(tx), terminal=False)
+    return tx, ""
+
+
+async def _delete(sqs: Any, url: str, letters: list[dlq.DeadLetter]) -> None:
+    if letters:
+        await sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": le.receipt_handle} for i, le in enumerate(letters)
+            ],
+        )
 
 
 async def purge(sqs: Any, settings: InfraSettings, confirm: str | None) -> int:

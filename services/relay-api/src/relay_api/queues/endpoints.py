@@ -9,9 +9,18 @@ from fastapi import APIRouter, Path, Query
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, require_admin
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.queues import dlq, service
-from relay_api.queues.schemas import DeadLetters, DeadLetterView, LaneChange, Purged, QueuesView
+from relay_api.queues.schemas import (
+    DeadLetters,
+    DeadLetterView,
+    LaneChange,
+    Purged,
+    QueuesView,
+    RedriveRequest,
+    RedriveResult,
+)
 from relay_api.responses import Json
 from relay_core.controls import LaneState
+from relay_core.errors import BadRequest
 
 router = APIRouter(prefix="/api/v1/admin/queues", tags=["admin"])
 
@@ -88,6 +97,34 @@ async def dead_letter(
     """One dead letter, with the body as sent and its row's history (``relay dlq show``)."""
     require_admin(caller)
     return Json(await dlq.show(uow.session, runtime.queue.sqs, runtime.settings, ref))
+
+
+@dlq_router.post(
+    "/redrive",
+    response_model=RedriveResult,
+    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={**NOTES, 400: "Neither messages nor all"}),
+    dependencies=[JsonBody],
+    operation_id="redriveDeadLetters",
+)
+async def redrive_dead_letters(
+    body: RedriveRequest, caller: CallerDep, runtime: RuntimeDep
+) -> Json:
+    """Send the chosen messages' transactions back to the work queue, each exactly once, their
+    rows made ready for the consumer to decide afresh (``relay dlq redrive``; docs/runbook.md
+    says which rows can be). What cannot be redriven stays in the DLQ, with why."""
+    require_admin(caller)
+    if body.messages is None and not body.all:
+        raise BadRequest("messages: name the messages to redrive, or send all: true")
+    return Json(
+        await dlq.redrive(
+            runtime.sessions,
+            runtime.queue.sqs,
+            runtime.settings,
+            runtime.cache,
+            body.messages,
+            by=caller.name,
+        )
+    )
 
 
 @dlq_router.delete(

@@ -88,3 +88,23 @@ class DeadLetters(BaseModel):
 
 class Purged(BaseModel):
     purged: int = Field(description="messages the DLQ held (approximately)")
+
+
+class RedriveRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    messages: list[str] | None = Field(
+        None, max_length=10_000, description="message or transaction ids; null: every message"
+    )
+    all: bool = Field(False, description="must be true when messages is null")
+
+
+class RedriveItem(BaseModel):
+    message_id: str | None = Field(alias="messageId")
+    transaction_id: str | None = Field(alias="transactionId")
+    why: str | None = None
+
+
+class RedriveResult(BaseModel):
+    redriven: list[RedriveItem]
+    left: list[RedriveItem] = Field(description="left in the DLQ, each with why")
