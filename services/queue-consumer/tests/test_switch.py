@@ -7,11 +7,20 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from consumer_testkit import queue_depth, seed_rows, send_messages, status_counts, wait_until
+from consumer_testkit import (
+    queue_depth,
+    seed_rows,
+    send_messages,
+    status_counts,
+    sync_engine,
+    wait_until,
+)
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import async_sessionmaker
 
 from queue_consumer.worker import Consumer
 from relay_core import controls
+from relay_core.db.models import QueueControl, utcnow
 
 
 async def _set(consumer: Consumer, state: controls.LaneState) -> None:
@@ -82,3 +91,22 @@ async def test_draining_finishes_the_queue_then_pauses_the_lane(
     assert consumer.stats.counts["received"] == 8
     assert status_counts(database_url).get("pending", 0) == 0
     await wait_until(lambda: not consumer.receiving.is_set(), 10, "paused after draining")
+
+
+async def test_a_consumer_started_while_its_lane_is_paused_receives_nothing(
+    database_url: str, sqs: Any, queues: tuple[str, str], run_consumer: Any
+) -> None:
+    engine = sync_engine(database_url)
+    with engine.begin() as conn:
+        conn.execute(
+            insert(QueueControl).values(
+                lane="normal", state="paused", changed_by="test", changed_at=utcnow()
+            )
+        )
+    engine.dispose()
+    ids = seed_rows(database_url, 3)
+    await send_messages(sqs, queues[0], ids)
+    consumer: Consumer = await run_consumer(consumer_control_interval_s=0.2)
+    await asyncio.sleep(2)
+    assert consumer.stats.counts["received"] == 0
+    assert await queue_depth(sqs, queues[0]) == 3

@@ -166,6 +166,10 @@ class Consumer:
         """Consume until ``stopping`` is set, then drain. Returns the summary."""
         self.processor.writes.start()
         self.deleter.start()
+        # A consumer started while its lane is paused (a deploy, autoscaling) must not
+        # receive before it has read the switch.
+        with contextlib.suppress(Exception):
+            await self._follow_switch()
         pollers = [
             asyncio.create_task(self._poll(i), name=f"poller-{i}")
             for i in range(self.settings.consumer_pollers)
@@ -508,13 +512,14 @@ class Consumer:
                 await asyncio.sleep(interval_s)
 
     async def _watch_switch(self) -> None:
-        """Every few seconds: read the lane's switch, obey it, and report."""
+        """Every few seconds: read the lane's switch, obey it, and report (``run`` read it
+        once before the pollers started)."""
         while True:
+            await asyncio.sleep(self.settings.consumer_control_interval_s)
             try:
                 await self._follow_switch()
             except Exception as exc:  # the database is down: keep doing what we were doing
                 log.warning("consumer.switch.failed", extra={"error": str(exc)[:200]})
-            await asyncio.sleep(self.settings.consumer_control_interval_s)
 
     async def _follow_switch(self) -> None:
         async with self.processor.sessions() as session:
