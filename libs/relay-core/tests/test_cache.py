@@ -58,3 +58,15 @@ async def test_unreachable_redis_is_a_quiet_miss_and_is_skipped_for_a_moment() -
     assert not await cache.put_quietly("a", 1, {}, terminal=False)
     assert cache.errors == 1  # the second call was skipped, not retried
     await redis.aclose()
+
+
+async def test_an_entry_gone_before_its_time_does_not_let_an_older_read_back_in(
+    cache: StatusCache,
+) -> None:
+    tx = str(uuid.uuid4())
+    assert await cache.put(tx, 3, {"status": "submitted"}, terminal=False)
+    await cache._redis.delete(cache.key(tx))  # expired, or evicted, while a reader held v1
+    assert not await cache.put(tx, 1, {"status": "pending"}, terminal=False)
+    assert await cache.get(tx) is None  # a miss: the reader goes to MySQL, never to v1
+    assert await cache.put(tx, 3, {"status": "submitted"}, terminal=False)  # the same read
+    assert 30 < await cache._redis.ttl(cache.key(tx) + ":v") <= 60

@@ -3,6 +3,9 @@
 Each entry is ``"<version>|<json>"`` where version is the row's ``version`` column. The write
 is a compare-and-set in Lua: it lands only if no entry exists or the stored version is lower,
 so a reader backfilling from an older read can never replace what a writer just committed.
+Beside each entry a *floor* (``…:v``, the highest version written) outlives it by at least a
+minute: an entry that expires (or is evicted) while a reader still holds an older read does
+not let that reader's backfill in either.
 """
 
 from __future__ import annotations
@@ -21,14 +24,20 @@ from relay_core import jsonutil
 log = logging.getLogger(__name__)
 
 _PUT_IF_NEWER = """
+local version = tonumber(ARGV[1])
 local current = redis.call('GET', KEYS[1])
 if current then
   local sep = string.find(current, '|', 1, true)
-  if sep and tonumber(string.sub(current, 1, sep - 1)) >= tonumber(ARGV[1]) then
+  if sep and tonumber(string.sub(current, 1, sep - 1)) >= version then
     return 0
   end
 end
+local floor = tonumber(redis.call('GET', KEYS[2]) or '0')
+if floor > version then
+  return 0
+end
 redis.call('SET', KEYS[1], ARGV[1] .. '|' .. ARGV[2], 'EX', ARGV[3])
+redis.call('SET', KEYS[2], ARGV[1], 'EX', math.max(tonumber(ARGV[3]), 60))
 return 1
 """
 
@@ -126,7 +135,8 @@ class StatusCache:
     def _script_call(self, write: CacheWrite) -> tuple[list[str], list[Any]]:
         """The put-if-newer script's keys and arguments for one entry."""
         ttl = self._terminal_ttl_s if write.terminal else self._active_ttl_s
-        return [self.key(write.transaction_id)], [write.version, jsonutil.dumps(write.entry), ttl]
+        key = self.key(write.transaction_id)
+        return [key, key + ":v"], [write.version, jsonutil.dumps(write.entry), ttl]
 
     async def put_quietly(
         self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool

@@ -75,19 +75,21 @@ async def read(
     *,
     limit: int = SCAN_LIMIT,
     hold_s: int = 60,
+    wait_s: int = 0,
     enough: Callable[[DeadLetter], bool] | None = None,
 ) -> list[DeadLetter]:
     """Up to ``limit`` distinct messages of the DLQ, each hidden for ``hold_s``; stops early
-    when ``enough`` says so of one. The caller must :func:`reveal` them (or delete them)."""
+    when ``enough`` says so of one. The caller must :func:`reveal` them (or delete them).
+    ``wait_s``: the long poll of each receive. A short poll (0) may answer nothing while
+    messages are there (SQS samples its servers): an operator's listing waits a second before
+    it believes "no more"."""
     letters: list[DeadLetter] = []
     seen: set[str] = set()
     while len(letters) < limit:
         response = await sqs.receive_message(
             QueueUrl=dlq_url,
             MaxNumberOfMessages=min(10, limit - len(letters)),
-            # A short poll may answer nothing while messages are there (SQS samples its
-            # servers); one second of long poll asks them all before "no more" is believed.
-            WaitTimeSeconds=1,
+            WaitTimeSeconds=wait_s,
             VisibilityTimeout=hold_s,
             AttributeNames=["SentTimestamp"],
             MessageAttributeNames=["All"],

@@ -106,7 +106,7 @@ async def redrive(
     url = await dlq_url(sqs, settings)
     queue_url = str((await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"])
     wanted = set(refs or ())
-    letters = await dlq.read(sqs, url, hold_s=300)
+    letters = await dlq.read(sqs, url, hold_s=300, wait_s=1)
     chosen = [le for le in letters if refs is None or {le.message_id, le.transaction_id} & wanted]
     others = [le for le in letters if le not in chosen]
     redriven: list[dict[str, Any]] = []
@@ -212,7 +212,7 @@ async def _look(sqs: Any, url: str, **how: Any) -> list[dlq.DeadLetter]:
     """Read (relay_core.dlq.read) and show again at once."""
     letters: list[dlq.DeadLetter] = []
     try:
-        letters = await dlq.read(sqs, url, hold_s=30, **how)
+        letters = await dlq.read(sqs, url, hold_s=30, wait_s=1, **how)
     finally:
         await dlq.reveal(sqs, url, letters)
     return letters
