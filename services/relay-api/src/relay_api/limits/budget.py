@@ -138,7 +138,7 @@ class Budgets:
 
     async def give_back_ended(self, *, all_of_them: bool = False) -> int:
         """Give back the rest of every lease that has ended (every lease, ``all_of_them``);
-        how many were given back."""
+        returns how many had ended (one being renewed right now is left to its renewal)."""
         now = self._clock()
         ended = [
             (client_id, lease)
