@@ -21,12 +21,27 @@ install: $(UV) ## install the workspace (uv, locked dependencies)
 	$(UV) sync --locked --quiet
 
 $(SQS_VENV)/bin/ministack: tools/sqs-server.txt | $(UV)
-	$(UV) venv --quiet --python 3.11 $(SQS_VENV)
+	$(UV) venv --quiet --clear --python 3.11 $(SQS_VENV)
 	$(UV) pip install --quiet --python $(SQS_VENV)/bin/python -r tools/sqs-server.txt
 	touch $@
 
 .PHONY: tools
 tools: $(SQS_VENV)/bin/ministack ## install the local SQS server (ministack) in its own venv
+
+# LocalStack's open-source core (RELAY_LOCAL_SQS=localstack): it needs Python 3.13, found on
+# the PATH or in pyenv; pinned by tools/localstack.txt, in its own venv like ministack.
+LOCALSTACK_VENV := .tools/localstack
+# (a pyenv shim may exist and still fail: each candidate must run.)
+PYTHON313 := $(shell for p in $$(command -v python3.13) $(HOME)/.pyenv/versions/3.13*/bin/python3.13; do \
+  "$$p" -c 'import sys; assert sys.version_info[:2] == (3, 13)' 2>/dev/null && { echo "$$p"; break; }; done)
+$(LOCALSTACK_VENV)/installed: tools/localstack.txt | $(UV)
+	@test -n "$(PYTHON313)" || { echo "make localstack: LocalStack's core needs Python 3.13, and none was found (python3.13 on the PATH, or pyenv install 3.13)" >&2; exit 1; }
+	$(UV) venv --quiet --clear --python $(PYTHON313) $(LOCALSTACK_VENV)
+	$(UV) pip install --quiet --python $(LOCALSTACK_VENV)/bin/python -r tools/localstack.txt
+	touch $@
+
+.PHONY: localstack
+localstack: $(LOCALSTACK_VENV)/installed ## install LocalStack's core (SQS only, Python 3.13) in its own venv
 
 # The local chain: anvil, solc and OpenZeppelin Contracts from the npm registry, pinned by
 # tools/chain/package-lock.json; the forwarder and Relay's recipient compiled from source.
@@ -45,7 +60,7 @@ $(CHAIN_DIR)/build/contracts.json: $(CHAIN_DIR)/node_modules/.package-lock.json 
 chain: $(CHAIN_DIR)/build/contracts.json ## install anvil + solc (npm) and compile the contracts into .tools/chain
 
 .PHONY: run
-run: install tools chain ## run the whole system locally (API on 127.0.0.1:$${PORT:-8000})
+run: install tools chain $(if $(filter localstack,$(RELAY_LOCAL_SQS)),localstack) ## run the whole system locally (API on 127.0.0.1:$${PORT:-8000}; RELAY_LOCAL_SQS=localstack for LocalStack)
 	$(UV) run --locked relay dev
 
 .PHONY: test
@@ -59,6 +74,14 @@ test-faults: install tools chain ## the outage scenarios on real processes (~10 
 .PHONY: test-ops
 test-ops: install tools ## the operator's tools at scale on real processes (pause/drain/resume; a CI step)
 	$(UV) run --locked pytest -m ops tests -v
+
+.PHONY: test-localstack
+test-localstack: install tools chain localstack ## the end-to-end tests, the DLQ redrive and make run on LocalStack (a CI step)
+	@echo "LocalStack: localstack-core $$($(LOCALSTACK_VENV)/bin/python -c 'from importlib.metadata import version; print(version("localstack-core"))')"
+	RELAY_LOCAL_SQS=localstack $(UV) run --locked pytest -m "ops or localstack or not (faults or fuzz)" -v \
+	  tests/test_end_to_end.py \
+	  tests/test_make_run.py::test_make_run_on_localstack_serves_a_transaction_and_ctrl_c_stops_it \
+	  tests/test_operations.py::test_a_redrive_of_two_hundred_dead_letters_executes_each_exactly_once
 
 .PHONY: test-fuzz
 test-fuzz: install tools chain ## fuzz the running API over its OpenAPI (schemathesis, ~3 min; a CI step)

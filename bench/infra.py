@@ -234,6 +234,8 @@ class Run:
     ) -> subprocess.Popen[bytes]:
         env = self.consumer_env(database_url, queue_name, index, **overrides)
         env["BENCH_COUNTS_FILE"] = str(self.counts_file(queue_name, index))
+        # An earlier consumer's heartbeat would make wait_consumer_polling return at once.
+        (self.workdir / f"heartbeat-{queue_name}-{index}").unlink(missing_ok=True)
         # queue_consumer.main, unchanged, behind a launcher that counts its I/O calls.
         return self.spawn(
             f"consumer-{queue_name}-{index}", ["-m", "bench.servers", "consumer"], env
@@ -327,6 +329,8 @@ def sqs_server_version(kind: str) -> str:
         return "ministack"
     if kind == "moto":
         return f"moto server {importlib.metadata.version('moto')}"
+    if kind == "localstack":
+        return f"localstack-core {localsqs.localstack_version()}"
     return kind
 
 

@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import botocore.session
 import httpx
@@ -106,13 +107,15 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
-def _start(workdir: Path, state_dir: Path, log: Path) -> MakeRun:
+def _start(
+    workdir: Path, state_dir: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> MakeRun:
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
             ["make", "--no-print-directory", "-C", str(ROOT), "run"],
             cwd=workdir,
-            env=_clean_env(state_dir, port),
+            env={**_clean_env(state_dir, port), **(extra_env or {})},
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,
@@ -173,6 +176,20 @@ def _receipt(rpc_url: str, tx_hash: str) -> dict[str, object] | None:
     ).json()
     result = answer.get("result")
     return result if isinstance(result, dict) else None
+
+
+def _final_status(run: MakeRun, transaction_id: str, headers: dict[str, str]) -> dict[str, Any]:
+    """The transaction's status once final (or as it is after CONFIRMED_S)."""
+    status: dict[str, Any] = {}
+    deadline = time.monotonic() + CONFIRMED_S
+    while time.monotonic() < deadline:
+        status = httpx.get(
+            f"{run.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
+        ).json()
+        if status.get("status") in ("confirmed", "failed"):
+            break
+        time.sleep(0.2)
+    return status
 
 
 def _redrive_target(banner: str) -> str:
@@ -236,15 +253,7 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         assert accepted.status_code == 202, accepted.text
         transaction_id = accepted.json()["transactionId"]
 
-        status: dict[str, object] = {}
-        deadline = time.monotonic() + CONFIRMED_S
-        while time.monotonic() < deadline:
-            status = httpx.get(
-                f"{run.base}/api/v1/relay/status/{transaction_id}", headers=headers, timeout=10
-            ).json()
-            if status.get("status") in ("confirmed", "failed"):
-                break
-            time.sleep(0.2)
+        status = _final_status(run, transaction_id, headers)
         assert status.get("status") == "confirmed", status
         chain = _chain_rpc(banner)
         receipt = _receipt(chain, str(status["hash"]))
@@ -286,3 +295,44 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         assert _receipt(_chain_rpc(again.output()), str(status["hash"])) is not None
     finally:
         _interrupt(again)
+
+
+@pytest.mark.localstack
+@pytest.mark.timeout(240)
+def test_make_run_on_localstack_serves_a_transaction_and_ctrl_c_stops_it(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """`RELAY_LOCAL_SQS=localstack make run`: LocalStack's core instead of ministack."""
+    run = _start(
+        workdir, tmp_path / "state", tmp_path / "run.log", {"RELAY_LOCAL_SQS": "localstack"}
+    )
+    try:
+        banner = run.output()
+        assert re.search(r"SQS        http://127\.0\.0\.1:\d+  \(localstack-core 2026\.", banner)
+        commands = " | ".join(run.seen.values())
+        assert "localstack.runtime.main" in commands, run.seen
+        assert "ministack" not in commands, run.seen
+        assert _redrive_target(banner).endswith(":relay-transactions-dlq")
+        key = _banner_key(banner)
+        headers = {"X-API-Key": key}
+        accepted = httpx.post(
+            f"{run.base}/api/v1/relay/direct",
+            headers=headers,
+            json={
+                "to": "0x000000000000000000000000000000000000dEaD",
+                "value": "1",
+                "speed": "fast",
+            },
+            timeout=10,
+        )
+        assert accepted.status_code == 202, accepted.text
+        transaction_id = accepted.json()["transactionId"]
+        refused = httpx.post(
+            f"{run.base}/api/v1/relay/direct", headers=headers, json={"to": "0x12"}, timeout=10
+        )
+        assert refused.status_code == 422, refused.text
+        status = _final_status(run, transaction_id, headers)
+        assert status.get("status") == "confirmed", status
+    finally:
+        took = _interrupt(run)
+    assert took < STOP_GRACE_S
