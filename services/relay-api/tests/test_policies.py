@@ -13,10 +13,10 @@ from typing import Any
 import httpx
 import pytest
 from api_testkit import DEAD, count_rows, signed_gasless
-from sqlalchemy import select
+from sqlalchemy import select, update
 
 from relay_api.runtime import Runtime
-from relay_core.db.models import ClientSpend
+from relay_core.db.models import ApiClient, ClientSpend
 
 OTHER = "0x1111111111111111111111111111111111111111"
 
@@ -187,6 +187,9 @@ async def test_only_an_admin_reads_or_changes_policies_and_bad_values_are_named(
         ({"maxValueWei": "-1"}, "maxValueWei"),
         ({"allowedTo": ["0x12"]}, "allowedTo"),
         ({"rateLimitPerS": 5}, "rateLimitPerS"),
+        # Positive, but stored as 0 in the single-precision column: every request of the
+        # client would then have failed (found by the fuzzer on its own admin key).
+        ({"rateLimitPerS": 1e-50, "rateLimitBurst": 1}, "rateLimitPerS"),
         ({"spendEverything": True}, "spendEverything"),
     ):
         response = await client.patch("/api/v1/admin/clients/acme", json=changes, headers=admin)
@@ -203,3 +206,17 @@ async def test_only_an_admin_reads_or_changes_policies_and_bad_values_are_named(
     assert shown["rateLimit"]["own"] is False
     changed = await _set(client, admin_key, "acme", rateLimitPerS=5, rateLimitBurst=10)
     assert changed["rateLimit"] == {"perSecond": 5.0, "burst": 10, "own": True}
+
+
+async def test_a_rate_limit_stored_around_the_api_out_of_bounds_leaves_the_client_working(
+    client: httpx.AsyncClient, new_key: Any, runtime: Runtime
+) -> None:
+    key = await new_key("acme")
+    async with runtime.sessions() as session, session.begin():
+        await session.execute(
+            update(ApiClient)
+            .where(ApiClient.name == "acme")
+            .values(rate_limit_per_s=0.0, rate_limit_burst=0)
+        )
+    response = await _direct(client, key)
+    assert response.status_code == 202, response.text

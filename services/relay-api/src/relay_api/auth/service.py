@@ -123,7 +123,12 @@ class Authenticator:
         self._unknown.pop(digest, None)
         limit = None
         if client.rate_limit_per_s is not None and client.rate_limit_burst is not None:
-            limit = Limit(client.rate_limit_per_s, client.rate_limit_burst)
+            try:
+                limit = Limit(client.rate_limit_per_s, client.rate_limit_burst)
+            except ValueError:
+                # A row written around the API (by hand, or before its bounds were checked):
+                # the client keeps working under the deployment's default.
+                log.warning("auth.bad_rate_limit", extra={"client": client.id})
         caller = Caller(
             id=client.id,
             name=client.name,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
+from relay_api.limits.service import MIN_RATE_PER_S
 from relay_api.relay.schemas import Address, Uint256
 
 
@@ -21,7 +22,9 @@ class ClientChanges(BaseModel):
     )
     max_gas: StrictInt | None = Field(None, alias="maxGas", description="highest gas limit")
     gasless_value: StrictBool = Field(False, alias="gaslessValue")
-    rate_limit_per_s: StrictFloat | None = Field(None, alias="rateLimitPerS", gt=0, le=1_000_000)
+    rate_limit_per_s: StrictFloat | None = Field(
+        None, alias="rateLimitPerS", ge=MIN_RATE_PER_S, le=1_000_000
+    )
     rate_limit_burst: StrictInt | None = Field(None, alias="rateLimitBurst", ge=1, le=10_000_000)
 
 
