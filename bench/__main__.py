@@ -28,11 +28,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import api, ceilings, consumer, experiments, procstat, profiling, report
+from bench import (
+    api,
+    ceilings,
+    consumer,
+    experiments,
+    observecost,
+    procstat,
+    profiling,
+    report,
+)
 from bench.infra import ROOT, Run
 
 RESULTS = ROOT / "bench" / "results"
-SCENARIOS = ("ceilings", "consumer", "pickup", "status", "accept")
+SCENARIOS = ("ceilings", "overhead", "consumer", "pickup", "fastlane", "status", "accept")
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,7 @@ class Scale:
     status_miss: tuple[int, float]
     status_upstream: tuple[int, float]
     pickup: tuple[int, float]  # samples, rate
+    fast_pickup: tuple[int, int, float] = (20_000, 100, 10.0)  # normal backlog, samples, rate
     profile_rate: int | None = None
     parallel: bool = False
     notes: list[str] = field(default_factory=list)
@@ -100,6 +110,7 @@ SMOKE = Scale(
     status_miss=(40, 40.0),
     status_upstream=(10, 20.0),
     pickup=(8, 8.0),
+    fast_pickup=(200, 5, 5.0),
     parallel=True,
 )
 
@@ -273,7 +284,7 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
             pickup_consumer = None
             prepared: list[consumer.Case] = []
             bare_server = None
-            wants_api = bool(only & {"pickup", "status", "accept"})
+            wants_api = bool(only & {"pickup", "fastlane", "status", "accept"})
             if scale.parallel:
                 # Smoke: every process the run needs starts now; their imports (seconds of CPU
                 # each) overlap the ceilings instead of adding up.
@@ -289,6 +300,13 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
 
             if "ceilings" in only:
                 results["ceilings"] = await measure_ceilings(run, scale, step, bare_server)
+            if "overhead" in only:
+                results["overhead"] = await step(
+                    "overhead",
+                    lambda: asyncio.to_thread(
+                        observecost.measure, 2_000 if args.smoke else 100_000
+                    ),
+                )
             if "consumer" in only:
                 results["consumer"] = await consumer_cases(run, scale, step, profile_dir, prepared)
             if wants_api and server is None:
@@ -304,6 +322,14 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
                             samples=scale.pickup[0],
                             rate=scale.pickup[1],
                             consumer=pickup_consumer,
+                        ),
+                    )
+                if "fastlane" in only:
+                    backlog, samples, rate = scale.fast_pickup
+                    results["fastlane"] = await step(
+                        "fastlane",
+                        lambda: api.fast_pickup(
+                            run, server, backlog=backlog, samples=samples, rate=rate
                         ),
                     )
                 if "status" in only:
@@ -351,7 +377,9 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--profile", action="store_true", help="py-spy on the consumer and the API")
     parser.add_argument("--only", help=f"comma-separated subset of {','.join(SCENARIOS)}")
     parser.add_argument(
-        "--sqs", default=os.environ.get("RELAY_LOCAL_SQS", "ministack"), help="ministack | moto"
+        "--sqs",
+        default=os.environ.get("RELAY_LOCAL_SQS", "ministack"),
+        help="ministack | localstack | moto",
     )
     parser.add_argument(
         "--experiment",

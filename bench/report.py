@@ -106,6 +106,29 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "ms",
             )
         )
+    overhead = results.get("overhead") or {}
+    if overhead:
+        out.append(
+            Row(
+                "overhead",
+                "metrics + request id + trace, CPU per API request (in a loop, no I/O)",
+                overhead["request_overhead_us"],
+                "µs",
+            )
+        )
+        out.append(
+            Row(
+                "overhead",
+                "metrics + trace, CPU per consumer message (in a loop, no I/O)",
+                overhead["message_overhead_us"],
+                "µs",
+            )
+        )
+        out.append(
+            Row(
+                "overhead", "one /metrics scrape of the API's registry", overhead["scrape_ms"], "ms"
+            )
+        )
     floor_p99 = _get(http, "latency_at_rate", "latency_ms", "p99")
 
     for c in results.get("consumer", []):
@@ -341,6 +364,18 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "",
                 f"<= {PICKUP_P95_MS:g} ms",
                 judge(lat["p95"] <= PICKUP_P95_MS),
+            )
+        )
+    fast = results.get("fastlane")
+    if fast:
+        lat = fast["pickup_ms"]
+        out.append(
+            Row(
+                f"fast lane pickup, {fast['backlog']:,} normal messages queued",
+                f"p50 / p95 / p99 at {fast['offered_rate']} req/s "
+                f"({fast['normal_still_pending']:,} normal still pending at the end)",
+                f"{lat['p50']:.1f} / {lat['p95']:.1f} / {lat['p99']:.1f}",
+                "ms",
             )
         )
     return out

@@ -81,10 +81,11 @@ def compose_problems(doc: dict[str, Any], defined: set[str]) -> list[str]:
         return problems
 
     sqs = services["sqs"]
-    if "localstack/localstack" not in str(sqs.get("image")) or "${SQS_IMAGE" not in str(
-        sqs.get("image")
-    ):
+    image = str(sqs.get("image"))
+    if "localstack/localstack:" not in image or "${SQS_IMAGE" not in image:
         problems.append("sqs: LocalStack by default, overridable with SQS_IMAGE (ministack)")
+    elif image.rstrip("}").endswith(":latest"):
+        problems.append("sqs: the LocalStack image must be pinned (latest now wants an account)")
     if not BARE_REFERENCE.match(environment(sqs).get("LOCALSTACK_AUTH_TOKEN", "")):
         problems.append("sqs: LOCALSTACK_AUTH_TOKEN must be passed through from the environment")
     if not any(str(port).endswith(":4566") for port in sqs.get("ports", [])):
@@ -216,6 +217,10 @@ def _drop_service(service: str) -> Callable[[dict[str, Any]], None]:
 
 MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     "no localstack token": (_env("sqs", "LOCALSTACK_AUTH_TOKEN", None), "LOCALSTACK_AUTH_TOKEN"),
+    "localstack latest": (
+        _set("sqs", "image", "${SQS_IMAGE:-localstack/localstack:latest}"),
+        "must be pinned",
+    ),
     "redis without health check": (_pop("redis", "healthcheck"), "redis: no health check"),
     "api starts before mysql is healthy": (
         _condition("relay-api", "mysql", "service_started"),

@@ -8,6 +8,7 @@ the mutation tests below remove or weaken one property at a time and check that 
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -25,6 +26,8 @@ TEMPLATE = ROOT / "infra" / "cloudformation" / "relay.yaml"
 
 WORK_QUEUE = "TransactionQueue"
 DLQ = "DeadLetterQueue"
+FAST_QUEUE = "FastTransactionQueue"  # the fast lane: the same permissions on its own queues
+FAST_DLQ = "FastDeadLetterQueue"
 SECRET_NAMES = {
     "DATABASE_URL",
     "REDIS_URL",
@@ -63,6 +66,15 @@ CONSUMER_ACTIONS = {
     ("sqs:ReceiveMessage", DLQ),
     ("sqs:ChangeMessageVisibility", DLQ),
 }
+
+
+def _with_fast_lane(actions: set[tuple[str, str]]) -> set[tuple[str, str]]:
+    twin = {WORK_QUEUE: FAST_QUEUE, DLQ: FAST_DLQ}
+    return actions | {(action, twin[queue]) for action, queue in actions}
+
+
+API_ACTIONS = _with_fast_lane(API_ACTIONS)
+CONSUMER_ACTIONS = _with_fast_lane(CONSUMER_ACTIONS)
 FARGATE_MAX_STOP_TIMEOUT_S = 120
 
 
@@ -206,8 +218,11 @@ def queue_problems(template: dict[str, Any]) -> list[str]:
         problems.append("DLQ retention must be longer than the work queue's")
     if not isinstance(resolve(template, work.get("VisibilityTimeout")), int):
         problems.append("work queue VisibilityTimeout is not set")
-    for name in (WORK_QUEUE, DLQ):
-        if template["Resources"][name].get("DeletionPolicy") != "Retain":
+    fast = props(template, FAST_QUEUE).get("RedrivePolicy") or {}
+    if getatt(fast.get("deadLetterTargetArn")) != (FAST_DLQ, "Arn"):
+        problems.append("the fast lane's queue has no redrive policy to its own DLQ")
+    for name in (WORK_QUEUE, DLQ, FAST_QUEUE, FAST_DLQ):
+        if template["Resources"].get(name, {}).get("DeletionPolicy") != "Retain":
             problems.append(f"{name} must have DeletionPolicy: Retain (it holds transactions)")
     return problems
 
@@ -292,16 +307,21 @@ def scaling_problems(template: dict[str, Any]) -> list[str]:
             dimensions.get("QueueName"), WORK_QUEUE
         ):
             by_name["visible"] = metric["Id"]
+        if stat.get("MetricName") == "ApproximateNumberOfMessagesVisible" and mentions(
+            dimensions.get("QueueName"), FAST_QUEUE
+        ):
+            by_name["fast"] = metric["Id"]
         if stat.get("MetricName") == "RunningTaskCount" and mentions(
             dimensions.get("ServiceName"), "ConsumerService"
         ):
             by_name["tasks"] = metric["Id"]
     expressions = [m.get("Expression", "") for m in metrics if m.get("ReturnData")]
-    wanted = f"{by_name.get('visible')} / {by_name.get('tasks')}".replace(" ", "")
-    if len(by_name) < 2 or [e.replace(" ", "") for e in expressions] != [wanted]:
+    both = f"({by_name.get('visible')} + {by_name.get('fast')})"
+    wanted = f"{both} / {by_name.get('tasks')}".replace(" ", "")
+    if len(by_name) < 3 or [e.replace(" ", "") for e in expressions] != [wanted]:
         problems.append(
-            "queue-consumer must scale on backlog per task: "
-            "ApproximateNumberOfMessagesVisible(work queue) / RunningTaskCount(consumer)"
+            "queue-consumer must scale on backlog per task: ApproximateNumberOfMessagesVisible"
+            "(work queue + fast queue) / RunningTaskCount(consumer)"
         )
     if not isinstance(resolve(template, config.get("TargetValue")), int):
         problems.append("the backlog-per-task policy needs a numeric TargetValue")
@@ -437,8 +457,61 @@ def alarm_problems(template: dict[str, Any]) -> list[str]:
         for a in dlq_depth
     ):
         problems.append("no alarm on DLQ depth > 0")
-    if not any(on(a, "ApproximateAgeOfOldestMessage", WORK_QUEUE) for a in alarms):
-        problems.append("no alarm on the work queue's oldest-message age")
+    for queue, lane in ((WORK_QUEUE, "work queue"), (FAST_QUEUE, "fast lane's queue")):
+        if not any(on(a, "ApproximateAgeOfOldestMessage", queue) for a in alarms):
+            problems.append(f"no alarm on the {lane}'s oldest-message age")
+    if not any(on(a, "ApproximateNumberOfMessagesVisible", FAST_DLQ) for a in alarms):
+        problems.append("no alarm on the fast lane's DLQ depth")
+    problems += _heartbeat_problems(template, alarms)
+    return problems
+
+
+# The consumer's log line these alarms read (queue_consumer.worker.Consumer._heartbeat_file).
+HEARTBEAT_EVENT = '"consumer.heartbeat"'
+
+
+def _heartbeat_problems(template: dict[str, Any], alarms: list[dict[str, Any]]) -> list[str]:
+    """Heartbeat missing and circuit open: alarms on metrics the consumer's heartbeat log
+    lines make through metric filters on its log group; and a dashboard with the panels."""
+    problems = []
+    made: dict[str, str] = {}  # metric name -> the filter pattern that makes it
+    for f in resources(template, "AWS::Logs::MetricFilter").values():
+        props = f.get("Properties", {})
+        if ref(props.get("LogGroupName")) != "ConsumerLogGroup":
+            continue
+        for t in props.get("MetricTransformations", []):
+            made[str(t.get("MetricName"))] = str(props.get("FilterPattern", ""))
+
+    def pattern(alarm: dict[str, Any]) -> str:
+        return made.get(str(alarm.get("MetricName")), "")
+
+    heartbeat = [
+        a
+        for a in alarms
+        if HEARTBEAT_EVENT in pattern(a)
+        and "circuit" not in pattern(a)
+        and a.get("ComparisonOperator") == "LessThanThreshold"
+        and a.get("TreatMissingData") == "breaching"
+    ]
+    if not heartbeat:
+        problems.append(
+            "no alarm on missing consumer heartbeats (a metric filter on the consumer's log "
+            "group, missing data breaching)"
+        )
+    circuit = [
+        a
+        for a in alarms
+        if HEARTBEAT_EVENT in pattern(a)
+        and "$.circuit" in pattern(a)
+        and a.get("ComparisonOperator") == "GreaterThanThreshold"
+    ]
+    if not circuit:
+        problems.append("no alarm on an executor circuit open for long")
+    dashboards = resources(template, "AWS::CloudWatch::Dashboard")
+    body = json.dumps([d.get("Properties", {}).get("DashboardBody") for d in dashboards.values()])
+    for needed in ("ApproximateAgeOfOldestMessage", "ConsumerHeartbeats", DLQ, WORK_QUEUE):
+        if needed not in body:
+            problems.append(f"no CloudWatch dashboard panel with {needed}")
     return problems
 
 
@@ -631,6 +704,34 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
     ),
     "no dlq alarm": (_delete(["Resources", "DeadLetterQueueDepthAlarm"]), "DLQ depth"),
     "no age alarm": (_delete(["Resources", "OldestMessageAgeAlarm"]), "oldest-message age"),
+    "no fast age alarm": (
+        _delete(["Resources", "FastOldestMessageAgeAlarm"]),
+        "fast lane's queue's oldest-message age",
+    ),
+    "fast queue without redrive": (
+        _delete(["Resources", FAST_QUEUE, "Properties", "RedrivePolicy"]),
+        "its own DLQ",
+    ),
+    "no heartbeat alarm": (
+        _delete(["Resources", "ConsumerHeartbeatMissingAlarm"]),
+        "missing consumer heartbeats",
+    ),
+    "heartbeat alarm quiet when nothing logs": (
+        _set(
+            ["Resources", "ConsumerHeartbeatMissingAlarm", "Properties", "TreatMissingData"],
+            "notBreaching",
+        ),
+        "missing consumer heartbeats",
+    ),
+    "heartbeat filter on another event": (
+        _set(
+            ["Resources", "ConsumerHeartbeatMetricFilter", "Properties", "FilterPattern"],
+            '{ $.event = "consumer.stopped" }',
+        ),
+        "missing consumer heartbeats",
+    ),
+    "no circuit alarm": (_delete(["Resources", "CircuitOpenAlarm"]), "circuit open for long"),
+    "no dashboard": (_delete(["Resources", "OperationsDashboard"]), "CloudWatch dashboard"),
     "rds created": (_create_rds, "referenced as parameters"),
     "public ip": (
         _set(

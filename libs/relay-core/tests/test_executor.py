@@ -11,7 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import aiohttp
 import pytest
 
+from relay_core import tracing
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+from relay_core.metrics import EXECUTOR_SECONDS
 
 Handler = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 PAYLOAD = {"to": "0x" + "ab" * 20, "data": "0x", "value": "0", "speed": "fast"}
@@ -186,3 +188,49 @@ async def test_a_success_is_parsed_and_the_connection_reused(
     finally:
         await client.aclose()
     assert connections == 1
+
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def _capture(seen: list[dict[str, str]]) -> Handler:
+    raw = json.dumps(ENVELOPE_OK).encode()
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = (await _read_request(reader)).split(b"\r\n\r\n", 1)[0].decode()
+        headers = dict(line.split(": ", 1) for line in head.split("\r\n")[1:] if ": " in line)
+        seen.append({k.lower(): v for k, v in headers.items()})
+        writer.write(
+            f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(raw)}\r\nConnection: close\r\n\r\n".encode()
+            + raw
+        )
+        await writer.drain()
+        writer.close()
+
+    return handle
+
+
+async def test_the_executor_is_told_the_request_id_and_trace_and_the_call_is_timed(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    seen: list[dict[str, str]] = []
+    client = ExecutorClient(await serve(_capture(seen)), "key", "relayer-1")
+    counted = EXECUTOR_SECONDS.child("submit", "ok")
+    before = counted._sum.get(), sum(b.get() for b in counted._buckets)
+    try:
+        await client.submit(PAYLOAD)  # outside any trace: no trace headers
+        trace = tracing.begin("req-9", TRACEPARENT)
+        token = tracing.activate(trace)
+        try:
+            await client.submit(PAYLOAD)
+        finally:
+            tracing.deactivate(token)
+    finally:
+        await client.aclose()
+    assert "x-request-id" not in seen[0]
+    assert "traceparent" not in seen[0]
+    assert seen[1]["x-request-id"] == "req-9"
+    assert seen[1]["traceparent"] == trace.traceparent
+    assert sum(b.get() for b in counted._buckets) - before[1] == 2
+    assert counted._sum.get() > before[0]

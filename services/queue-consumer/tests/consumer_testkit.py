@@ -79,8 +79,10 @@ def seed_rows(
     return ids
 
 
-async def send_messages(sqs: Any, queue_url: str, ids: list[str], tx_type: str = "direct") -> None:
-    messages = [TransactionMessage.new(tx_id, tx_type) for tx_id in ids]
+async def send_messages(
+    sqs: Any, queue_url: str, ids: list[str], tx_type: str = "direct", trace: Any = None
+) -> None:
+    messages = [TransactionMessage.new(tx_id, tx_type, trace) for tx_id in ids]
     for start in range(0, len(messages), 10):
         sent = await send_batch(sqs, queue_url, messages[start : start + 10])
         assert len(sent) == len(messages[start : start + 10])

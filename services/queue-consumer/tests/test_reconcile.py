@@ -36,7 +36,7 @@ async def _reconcile_once(
 ) -> dict[str, Any]:
     engine = create_engine(settings)
     try:
-        reconciler = Reconciler(create_sessionmaker(engine), sqs, *queues, settings)
+        reconciler = Reconciler(create_sessionmaker(engine), sqs, {"normal": queues}, settings)
         return (await reconciler.run_once()).summary()
     finally:
         await engine.dispose()

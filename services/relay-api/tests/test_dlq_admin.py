@@ -179,3 +179,6 @@ async def test_a_redrive_sends_each_chosen_message_back_once_and_says_why_it_lef
 
     nothing = await client.post("/api/v1/admin/dlq/redrive", json={}, headers=admin)
     assert nothing.status_code == 400
+    # "all" is a boolean, not anything that reads as one (found by the fuzzer)
+    lax = await client.post("/api/v1/admin/dlq/redrive", json={"all": 0}, headers=admin)
+    assert lax.status_code == 422, lax.text

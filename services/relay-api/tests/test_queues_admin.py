@@ -17,10 +17,11 @@ async def test_an_admin_reads_and_switches_a_lane(
     admin = {"X-API-Key": await new_key("ops", admin=True)}
     view = (await client.get("/api/v1/admin/queues", headers=admin)).json()
     assert view["lanes"] == [
-        {"lane": "normal", "state": "running", "reason": None, "changedBy": None, "changedAt": None}
+        {"lane": lane, "state": "running", "reason": None, "changedBy": None, "changedAt": None}
+        for lane in ("normal", "fast")
     ]
-    assert view["depths"]["queue"] == {"visible": 0, "inFlight": 0, "delayed": 0}
-    assert view["depths"]["dlq"] == {"visible": 0, "inFlight": 0, "delayed": 0}
+    empty = {"visible": 0, "inFlight": 0, "delayed": 0}
+    assert view["depths"] == {"queue": empty, "dlq": empty, "fast": empty, "fast-dlq": empty}
     assert view["consumers"] == []
 
     changed = await client.patch(
@@ -46,8 +47,8 @@ async def test_a_client_key_may_not_and_bad_input_is_named(
     unknown = await client.patch(
         "/api/v1/admin/queues/slow", json={"state": "paused"}, headers=admin
     )
-    assert unknown.status_code == 400
-    assert unknown.json()["detail"].startswith("lane: 'slow' is not a lane")
+    assert unknown.status_code == 422
+    assert unknown.json()["fields"][0]["field"] == "path.lane"
     bad = await client.patch("/api/v1/admin/queues/normal", json={"state": "off"}, headers=admin)
     assert bad.status_code == 422
     assert bad.json()["fields"][0]["field"] == "state"

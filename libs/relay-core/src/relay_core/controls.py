@@ -16,6 +16,7 @@ executor circuit. ``relay queues status`` and ``GET /api/v1/admin/queues`` read 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -27,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from relay_core.db.models import ConsumerReport, QueueControl, utcnow
 from relay_core.errors import BadRequest
 
-LANES = ("normal",)
+LANES = ("normal", "fast")  # every lane that can exist (settings.lanes(): those deployed)
 FORGET_AFTER = timedelta(hours=1)  # a consumer not heard of for this long is dropped
 
 
@@ -50,6 +51,13 @@ def check_lane(lane: str) -> str:
 async def lane_state(session: AsyncSession, lane: str) -> LaneState:
     state = await session.scalar(select(QueueControl.state).where(QueueControl.lane == lane))
     return LaneState(state) if state else LaneState.running
+
+
+async def lane_states(session: AsyncSession) -> dict[str, LaneState]:
+    """Every lane's switch in one read (a lane with no row is running)."""
+    rows = (await session.execute(select(QueueControl.lane, QueueControl.state))).all()
+    found = {lane: LaneState(state) for lane, state in rows}
+    return {lane: found.get(lane, LaneState.running) for lane in LANES}
 
 
 async def set_lane_state(
@@ -96,7 +104,7 @@ class Report:
 async def report(session: AsyncSession, mine: Report) -> None:
     """Write this consumer's report (and forget consumers silent for an hour)."""
     now = utcnow()
-    row = await session.get(ConsumerReport, mine.consumer_id)
+    row = await session.get(ConsumerReport, (mine.consumer_id, mine.lane))
     if row is None:
         session.add(
             ConsumerReport(
@@ -114,22 +122,24 @@ async def report(session: AsyncSession, mine: Report) -> None:
             delete(ConsumerReport).where(ConsumerReport.seen_at < now - FORGET_AFTER)
         )
     else:
-        row.lane, row.state, row.in_flight = mine.lane, mine.state, mine.in_flight
+        row.state, row.in_flight = mine.state, mine.in_flight
         row.received, row.circuit, row.seen_at = mine.received, mine.circuit, now
 
 
-async def overview(session: AsyncSession) -> dict[str, Any]:
+async def overview(session: AsyncSession, lanes: Sequence[str] = LANES) -> dict[str, Any]:
     """Every lane's switch and every consumer's latest report, as the CLI and the admin
     endpoint show them (SQS depths are added by the caller, which has the queue)."""
     controls = {c.lane: c for c in (await session.scalars(select(QueueControl))).all()}
     now = utcnow()
     reports = (
-        await session.scalars(select(ConsumerReport).order_by(ConsumerReport.consumer_id))
+        await session.scalars(
+            select(ConsumerReport).order_by(ConsumerReport.consumer_id, ConsumerReport.lane)
+        )
     ).all()
-    lanes = []
-    for lane in LANES:
+    views = []
+    for lane in lanes:
         control = controls.get(lane)
-        lanes.append(
+        views.append(
             {
                 "lane": lane,
                 "state": control.state if control else LaneState.running.value,
@@ -151,7 +161,7 @@ async def overview(session: AsyncSession) -> dict[str, Any]:
         }
         for r in reports
     ]
-    return {"lanes": lanes, "consumers": consumers}
+    return {"lanes": views, "consumers": consumers}
 
 
 def _iso(moment: datetime) -> str:

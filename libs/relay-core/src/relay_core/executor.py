@@ -11,6 +11,7 @@ consumer's exactly-once logic needs:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -20,7 +21,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from relay_core import jsonutil
+from relay_core import jsonutil, tracing
+from relay_core.metrics import EXECUTOR_SECONDS
 
 _JSON_HEADERS = {"Content-Type": "application/json"}
 
@@ -166,10 +168,46 @@ class ExecutorClient:
             self._session = None
 
     async def _call(
-        self, method: str, url: str, *, json: Any = None, params: dict[str, Any] | None = None
+        self,
+        operation: str,
+        method: str,
+        url: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+    ) -> dict[str, Any]:
+        """One request, timed by ``operation`` and result, carrying the current trace
+        (``x-request-id``, ``traceparent``) when there is one."""
+        started = time.perf_counter()
+        trace = tracing.current()
+        span = None if trace is None else tracing.child(trace, f"executor {operation}")
+        result = "ok"
+        try:
+            return await self._send(method, url, json, params, span)
+        except ExecutorError as exc:
+            result = exc.kind.value
+            raise
+        finally:
+            EXECUTOR_SECONDS.observe(operation, result, time.perf_counter() - started)
+            if span is not None and span is not trace:
+                tracing.finish(span, error=None if result == "ok" else result)
+
+    async def _send(
+        self,
+        method: str,
+        url: str,
+        json: Any,
+        params: dict[str, Any] | None,
+        trace: tracing.Trace | None,
     ) -> dict[str, Any]:
         data = None if json is None else orjson.dumps(json)
         headers = None if data is None else _JSON_HEADERS
+        if trace is not None:
+            headers = {
+                **(headers or {}),
+                "x-request-id": trace.request_id,
+                "traceparent": trace.traceparent,
+            }
         try:
             async with self._http().request(
                 method, url, data=data, params=params, headers=headers, allow_redirects=False
@@ -234,19 +272,21 @@ class ExecutorClient:
         return body
 
     async def submit(self, payload: dict[str, Any]) -> ExecutorTx:
-        body = await self._call("POST", self._base, json=payload)
+        body = await self._call("submit", "POST", self._base, json=payload)
         return ExecutorTx.from_api(body["data"])
 
     async def get(self, executor_tx_id: str) -> ExecutorTx:
-        body = await self._call("GET", f"{self._base}/{executor_tx_id}")
+        body = await self._call("get", "GET", f"{self._base}/{executor_tx_id}")
         return ExecutorTx.from_api(body["data"])
 
     async def cancel(self, executor_tx_id: str) -> ExecutorTx:
-        body = await self._call("DELETE", f"{self._base}/{executor_tx_id}")
+        body = await self._call("cancel", "DELETE", f"{self._base}/{executor_tx_id}")
         return ExecutorTx.from_api(body["data"])
 
     async def list_page(self, page: int, per_page: int = 50) -> ExecutorPage:
-        body = await self._call("GET", self._base, params={"page": page, "per_page": per_page})
+        body = await self._call(
+            "list", "GET", self._base, params={"page": page, "per_page": per_page}
+        )
         pagination = body.get("pagination") or {}
         total = pagination.get("total_items") if isinstance(pagination, dict) else None
         return ExecutorPage(

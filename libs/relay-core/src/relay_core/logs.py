@@ -9,6 +9,8 @@ from typing import Any
 
 import orjson
 
+from relay_core.tracing import TraceLogFilter
+
 _STANDARD = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
 
 
@@ -32,6 +34,7 @@ class JsonFormatter(logging.Formatter):
 def configure_logging(level: str = "INFO") -> None:
     handler = logging.StreamHandler(sys.stdout)
     handler.setFormatter(JsonFormatter())
+    handler.addFilter(TraceLogFilter())  # requestId and traceId on lines written under a trace
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

@@ -6,7 +6,9 @@ Message body (``schemaVersion`` 1)::
      "type": "direct"|"gasless", "timestamp": "<RFC 3339 UTC>"}
 
 The body names the transaction; the consumer reloads the row and decides from it, never from
-the message. The same fields are repeated as message attributes for routing and tracing.
+the message. The same fields are repeated as message attributes for routing and tracing, with
+the accepting request's ``requestId`` and W3C ``traceparent`` when it had them
+(``relay_core.tracing``).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from botocore.config import Config
 from relay_core import jsonutil
 from relay_core.settings import InfraSettings
 from relay_core.statuses import TxType
+from relay_core.tracing import Trace
 
 SCHEMA_VERSION = 1
 
@@ -37,14 +40,26 @@ class TransactionMessage:
     type: TxType
     message_id: str
     timestamp: str
+    request_id: str | None = None
+    traceparent: str | None = None
+    lane: str = "normal"  # which queue carries it (not in the body: the row knows its lane)
 
     @classmethod
-    def new(cls, transaction_id: str, tx_type: TxType | str) -> TransactionMessage:
+    def new(
+        cls,
+        transaction_id: str,
+        tx_type: TxType | str,
+        trace: Trace | None = None,
+        lane: str = "normal",
+    ) -> TransactionMessage:
         return cls(
             transaction_id=transaction_id,
             type=TxType(tx_type),
             message_id=str(uuid.uuid4()),
             timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            request_id=None if trace is None else trace.request_id,
+            traceparent=None if trace is None else trace.traceparent,
+            lane=lane,
         )
 
     def body(self) -> str:
@@ -62,11 +77,16 @@ class TransactionMessage:
         def attr(value: str) -> dict[str, str]:
             return {"DataType": "String", "StringValue": value}
 
-        return {
+        attributes = {
             "schemaVersion": {"DataType": "Number", "StringValue": str(SCHEMA_VERSION)},
             "transactionId": attr(self.transaction_id),
             "type": attr(self.type.value),
         }
+        if self.request_id is not None:
+            attributes["requestId"] = attr(self.request_id)
+        if self.traceparent is not None:
+            attributes["traceparent"] = attr(self.traceparent)
+        return attributes
 
     @classmethod
     def parse(cls, body: str) -> TransactionMessage:
@@ -88,6 +108,17 @@ class TransactionMessage:
             )
         except (KeyError, ValueError) as exc:
             raise PoisonMessage(f"missing or invalid field: {exc}") from exc
+
+
+def trace_attributes(message: dict[str, Any]) -> tuple[str | None, str | None]:
+    """The ``requestId`` and ``traceparent`` a received message carries (None when absent)."""
+    attributes = message.get("MessageAttributes") or {}
+
+    def value(name: str) -> str | None:
+        found = attributes.get(name)
+        return str(found.get("StringValue")) if isinstance(found, dict) else None
+
+    return value("requestId"), value("traceparent")
 
 
 def client_config(settings: InfraSettings, *, timeout_s: float = 5.0, retries: int = 2) -> Config:
@@ -115,10 +146,32 @@ def sqs_client_kwargs(settings: InfraSettings) -> dict[str, Any]:
 
 
 async def create_queues(sqs: Any, settings: InfraSettings) -> tuple[str, str]:
-    """Create the work queue and its DLQ with the redrive policy. Safe to run again."""
+    """Create every lane's queue and DLQ with the redrive policy; return the normal lane's
+    (queue URL, DLQ URL). Safe to run again."""
+    created = {}
+    for lane in settings.lanes():
+        created[lane] = await create_lane(sqs, settings, lane)
+    return created["normal"]
+
+
+async def lane_urls(sqs: Any, settings: InfraSettings) -> dict[str, tuple[str, str]]:
+    """Each lane's (queue URL, DLQ URL); raises when a queue does not exist."""
+    urls = {}
+    for lane in settings.lanes():
+        queue_name, dlq_name = settings.lane_queues(lane)
+        urls[lane] = (
+            str((await sqs.get_queue_url(QueueName=queue_name))["QueueUrl"]),
+            str((await sqs.get_queue_url(QueueName=dlq_name))["QueueUrl"]),
+        )
+    return urls
+
+
+async def create_lane(sqs: Any, settings: InfraSettings, lane: str) -> tuple[str, str]:
+    """One lane's work queue and its DLQ, with the redrive policy between them."""
+    queue_name, dlq_name = settings.lane_queues(lane)
     dlq_url = (
         await sqs.create_queue(
-            QueueName=settings.dlq_name,
+            QueueName=dlq_name,
             Attributes={"MessageRetentionPeriod": str(14 * 24 * 3600)},
         )
     )["QueueUrl"]
@@ -136,7 +189,7 @@ async def create_queues(sqs: Any, settings: InfraSettings) -> tuple[str, str]:
             }
         ),
     }
-    queue_url = (await sqs.create_queue(QueueName=settings.queue_name))["QueueUrl"]
+    queue_url = (await sqs.create_queue(QueueName=queue_name))["QueueUrl"]
     # create_queue does not change an existing queue's attributes; set them explicitly.
     await sqs.set_queue_attributes(QueueUrl=queue_url, Attributes=attributes)
     return queue_url, dlq_url
@@ -150,21 +203,27 @@ DEPTH_ATTRIBUTES = {
 
 
 async def depths(sqs: Any, settings: InfraSettings) -> dict[str, dict[str, int] | str]:
-    """The work queue's and the DLQ's message counts (SQS's approximate ones), or why not."""
+    """Each lane's queue and DLQ message counts (SQS's approximate ones), or why not: keys
+    ``queue`` and ``dlq`` for the normal lane, ``fast`` and ``fast-dlq`` for the fast one."""
     found: dict[str, dict[str, int] | str] = {}
-    for role, name in (("queue", settings.queue_name), ("dlq", settings.dlq_name)):
-        try:
-            url = (await sqs.get_queue_url(QueueName=name))["QueueUrl"]
-            attributes = (
-                await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=list(DEPTH_ATTRIBUTES))
-            )["Attributes"]
-        except Exception as exc:
-            found[role] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
-            continue
-        found[role] = {
-            label: int(attributes.get(attribute, 0))
-            for attribute, label in DEPTH_ATTRIBUTES.items()
-        }
+    for lane in settings.lanes():
+        queue_name, dlq_name = settings.lane_queues(lane)
+        roles = ("queue", "dlq") if lane == "normal" else (lane, f"{lane}-dlq")
+        for role, name in zip(roles, (queue_name, dlq_name), strict=True):
+            try:
+                url = (await sqs.get_queue_url(QueueName=name))["QueueUrl"]
+                attributes = (
+                    await sqs.get_queue_attributes(
+                        QueueUrl=url, AttributeNames=list(DEPTH_ATTRIBUTES)
+                    )
+                )["Attributes"]
+            except Exception as exc:
+                found[role] = f"unavailable: {type(exc).__name__}: {str(exc)[:200]}"
+                continue
+            found[role] = {
+                label: int(attributes.get(attribute, 0))
+                for attribute, label in DEPTH_ATTRIBUTES.items()
+            }
     return found
 
 

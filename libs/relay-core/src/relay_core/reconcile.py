@@ -26,7 +26,7 @@ at once: every change is a compare-and-set, so a row is settled once.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -75,8 +75,7 @@ class Reconciler:
         self,
         sessions: async_sessionmaker[AsyncSession],
         sqs: Any,
-        queue_url: str,
-        dlq_url: str,
+        lanes: Mapping[str, tuple[str, str]],
         settings: InfraSettings,
         cache: StatusCache | None = None,
         *,
@@ -85,8 +84,7 @@ class Reconciler:
     ) -> None:
         self._sessions = sessions
         self._sqs = sqs
-        self._queue_url = queue_url
-        self._dlq_url = dlq_url
+        self._lanes = dict(lanes)  # lane -> (queue URL, DLQ URL)
         self._pending_after = timedelta(seconds=settings.reconcile_pending_after_s)
         self._missing_after = timedelta(seconds=settings.reconcile_missing_after_s)
         self._batch = settings.reconcile_batch
@@ -134,11 +132,20 @@ class Reconciler:
             log.error("reconcile.dead_lettered", extra={"transactionId": tx.id, "why": reason})
 
     async def _send(self, rows: Sequence[Transaction], report: Report) -> None:
+        by_lane: dict[str, list[Transaction]] = {}
+        for tx in rows:
+            lane = tx.lane if tx.lane in self._lanes else "normal"
+            by_lane.setdefault(lane, []).append(tx)
+        for lane, some in by_lane.items():
+            await self._send_lane(lane, some, report)
+
+    async def _send_lane(self, lane: str, rows: Sequence[Transaction], report: Report) -> None:
+        queue_url = self._lanes[lane][0]
         for start in range(0, len(rows), 10):
             chunk = rows[start : start + 10]
-            messages = [TransactionMessage.new(tx.id, tx.type) for tx in chunk]
+            messages = [TransactionMessage.new(tx.id, tx.type, lane=lane) for tx in chunk]
             try:
-                sent = await send_batch(self._sqs, self._queue_url, messages)
+                sent = await send_batch(self._sqs, queue_url, messages)
             except Exception as exc:
                 sent = set()
                 report.notes.append(f"send failed: {exc}")
@@ -162,11 +169,14 @@ class Reconciler:
                 )
             return len(found) == len(wanted)
 
-        letters: list[dlq.DeadLetter] = []
-        try:
-            letters = await dlq.read(self._sqs, self._dlq_url, enough=note)
-        finally:
-            await dlq.reveal(self._sqs, self._dlq_url, letters)
+        for _, dlq_url in self._lanes.values():
+            letters: list[dlq.DeadLetter] = []
+            try:
+                letters = await dlq.read(self._sqs, dlq_url, enough=note)
+            finally:
+                await dlq.reveal(self._sqs, dlq_url, letters)
+            if len(found) == len(wanted):
+                break
         return found
 
     # --- rows the executor has lost ----------------------------------------------------------

@@ -99,6 +99,17 @@ class InfraSettings(BaseSettings):
     )
     queue_name: str = Field("relay-transactions", description="work queue name")
     dlq_name: str = Field("relay-transactions-dlq", description="dead-letter queue name")
+    fast_lane: bool = Field(
+        True,
+        description="requests that ask for speed fast or fastest go to the fast lane: its own "
+        "queue and DLQ, received before the normal lane (which keeps a share)",
+    )
+    fast_queue_name: str | None = Field(
+        None, description="the fast lane's queue (default: RELAY_QUEUE_NAME + '-fast')"
+    )
+    fast_dlq_name: str | None = Field(
+        None, description="the fast lane's DLQ (default: RELAY_QUEUE_NAME + '-fast-dlq')"
+    )
     queue_max_receive_count: int = Field(
         40,
         ge=1,
@@ -156,6 +167,19 @@ class InfraSettings(BaseSettings):
     )
     executor_relayer_id: str = Field("relayer-1", description="the executor's relayer id")
     executor_timeout_s: float = Field(10.0, gt=0, description="timeout of one executor call")
+
+    def lanes(self) -> tuple[str, ...]:
+        """The lanes of work this deployment has."""
+        return ("normal", "fast") if self.fast_lane else ("normal",)
+
+    def lane_queues(self, lane: str) -> tuple[str, str]:
+        """A lane's (queue name, DLQ name)."""
+        if lane == "fast":
+            return (
+                self.fast_queue_name or f"{self.queue_name}-fast",
+                self.fast_dlq_name or f"{self.queue_name}-fast-dlq",
+            )
+        return self.queue_name, self.dlq_name
 
     def check_production_secrets(self) -> None:
         """Called by the long-running services at start (not by one-off CLI commands)."""

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
 from typing import TypeVar
 
+from queue_consumer import metrics
 from relay_core.executor import ErrorKind, ExecutorError
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,7 @@ class CircuitBreaker:
         if self._state is CircuitState.closed:
             self._opened_at = now
             self.opened += 1
+            metrics.CIRCUIT_OPENS.inc()
         self._reopen_at = now + cooldown
         log.warning(
             "consumer.circuit.opened",

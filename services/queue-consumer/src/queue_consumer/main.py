@@ -14,6 +14,8 @@ from collections.abc import AsyncIterator, Coroutine, Sequence
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
 from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.settings import ConsumerSettings
@@ -23,7 +25,7 @@ from queue_consumer.transactions.lookup import ExecutorLookup
 from queue_consumer.transactions.service import TransactionProcessor
 from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
-from relay_core import evm, gctuning, jsonutil
+from relay_core import evm, gctuning, jsonutil, tracing
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
@@ -33,14 +35,17 @@ from relay_core.reconcile import Reconciler
 log = logging.getLogger("queue_consumer")
 
 
-async def _queue_urls(sqs: Any, settings: ConsumerSettings, stop: asyncio.Event) -> tuple[str, str]:
-    """SQS may come up after us: keep asking until the queues exist."""
+async def _queue_urls(
+    sqs: Any, settings: ConsumerSettings, stop: asyncio.Event
+) -> dict[str, tuple[str, str]]:
+    """Each lane's (queue URL, DLQ URL). SQS may come up after us: keep asking until the
+    queues exist."""
     while True:
         try:
-            queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
-            dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
-            await _check_redrive(sqs, queue_url, settings)
-            return str(queue_url), str(dlq_url)
+            lanes = await queue_mod.lane_urls(sqs, settings)
+            for queue_url, _ in lanes.values():
+                await _check_redrive(sqs, queue_url, settings)
+            return lanes
         except Exception as exc:
             log.warning("consumer.queue_unavailable", extra={"error": str(exc)})
             with contextlib.suppress(TimeoutError):
@@ -74,27 +79,36 @@ async def _check_redrive(sqs: Any, queue_url: str, settings: ConsumerSettings) -
 
 
 @contextlib.asynccontextmanager
-async def _health_server(consumer: Consumer, port: int) -> AsyncIterator[None]:
+async def _ops_server(consumer: Consumer, host: str, port: int) -> AsyncIterator[None]:
+    """GET /health (the circuit, what is in flight; 503 while stopping) and GET /metrics
+    (Prometheus) on ``host:port``; nothing when the port is 0."""
     if not port:
         yield
         return
 
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         with contextlib.suppress(Exception):
-            await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
-            healthy = not consumer.stopping.is_set()
-            body = jsonutil.dumps(
-                {
-                    "status": "ok" if healthy else "stopping",
-                    "circuit": consumer.breaker.describe(),
-                    "executorInFlight": consumer.processor.guard.in_flight,
-                }
-            ).encode()
-            status = b"200 OK" if healthy else b"503 Service Unavailable"
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 2)
+            path = head.split(b" ", 2)[1] if head.count(b" ") >= 2 else b"/"
+            if path.split(b"?", 1)[0] == b"/metrics":
+                status, kind, body = b"200 OK", CONTENT_TYPE_LATEST.encode(), generate_latest()
+            else:
+                healthy = not consumer.stopping.is_set()
+                body = jsonutil.dumps(
+                    {
+                        "status": "ok" if healthy else "stopping",
+                        "circuit": consumer.breaker.describe(),
+                        "executorInFlight": consumer.processor.guard.in_flight,
+                    }
+                ).encode()
+                status = b"200 OK" if healthy else b"503 Service Unavailable"
+                kind = b"application/json"
             writer.write(
                 b"HTTP/1.1 "
                 + status
-                + b"\r\ncontent-type: application/json\r\ncontent-length: "
+                + b"\r\ncontent-type: "
+                + kind
+                + b"\r\ncontent-length: "
                 + str(len(body)).encode()
                 + b"\r\nconnection: close\r\n\r\n"
                 + body
@@ -102,7 +116,7 @@ async def _health_server(consumer: Consumer, port: int) -> AsyncIterator[None]:
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(answer, "127.0.0.1", port)
+    server = await asyncio.start_server(answer, host, port)
     try:
         yield
     finally:
@@ -161,7 +175,7 @@ async def open_consumer(
                     **queue_mod.sqs_client_kwargs(settings),
                 )
             )
-            queue_url, dlq_url = await _queue_urls(sqs, settings, stop)
+            lanes = await _queue_urls(sqs, settings, stop)
             sessions = create_sessionmaker(engine)
             writes = GroupCommit(
                 engine,
@@ -172,10 +186,10 @@ async def open_consumer(
             processor = TransactionProcessor(
                 settings, sessions, executor, writes, guard, lookup, rpc=rpc
             )
-            consumer = Consumer(settings, sqs, queue_url, dlq_url, processor)
+            consumer = Consumer(settings, sqs, lanes, processor)
             consumer.stopping = stop
             consumer.reconciler = Reconciler(
-                sessions, sqs, queue_url, dlq_url, settings, cache, executor=executor, rpc=rpc
+                sessions, sqs, lanes, settings, cache, executor=executor, rpc=rpc
             )
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
@@ -211,6 +225,15 @@ async def open_consumer(
 
 
 async def run(settings: ConsumerSettings) -> dict[str, Any]:
+    exporting = tracing.configure_export("queue-consumer")
+    try:
+        return await _run(settings)
+    finally:
+        if exporting:
+            tracing.shutdown_export()
+
+
+async def _run(settings: ConsumerSettings) -> dict[str, Any]:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -221,12 +244,14 @@ async def run(settings: ConsumerSettings) -> dict[str, Any]:
             "consumer.started",
             extra={
                 "consumer": settings.consumer_id,
-                "queue": consumer.queue_url,
+                "queues": {lane.name: lane.queue_url for lane in consumer.lanes},
                 "concurrency": settings.consumer_concurrency,
                 "pollers": settings.consumer_pollers,
             },
         )
-        async with _health_server(consumer, settings.consumer_health_port):
+        async with _ops_server(
+            consumer, settings.consumer_health_host, settings.consumer_health_port
+        ):
             return await consumer.run()
 
 

@@ -81,6 +81,16 @@ class ConsumerSettings(InfraSettings):
         description="claim owner written on rows this process works on",
     )
     consumer_pollers: int = Field(4, ge=1, le=64, description="concurrent ReceiveMessage loops")
+    consumer_fast_pollers: int = Field(
+        1, ge=1, le=16, description="ReceiveMessage loops on the fast lane's queue (when it is on)"
+    )
+    consumer_fast_lane_run: int = Field(
+        4,
+        ge=1,
+        le=100,
+        description="the fast lane is given room before the normal one at most this many times "
+        "in a row while the normal lane waits (its share: at least 1 in N+1)",
+    )
     consumer_concurrency: int = Field(
         256,
         ge=1,
@@ -131,7 +141,15 @@ class ConsumerSettings(InfraSettings):
         60.0, gt=0, description="how often stranded rows are reconciled (`relay reconcile`)"
     )
     consumer_health_port: int = Field(
-        0, ge=0, le=65535, description="serve GET /health on 127.0.0.1:PORT (0 = off)"
+        0,
+        ge=0,
+        le=65535,
+        description="serve GET /health and GET /metrics (Prometheus) on HOST:PORT (0 = off)",
+    )
+    consumer_health_host: str = Field(
+        "127.0.0.1",
+        description="the address of that port: 0.0.0.0 in a container, for the health check "
+        "and the metrics scraper",
     )
     consumer_heartbeat_file: str = Field(
         "/tmp/queue-consumer.heartbeat",  # noqa: S108

@@ -11,7 +11,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,18 +19,26 @@ from typing import Any
 
 import sqlalchemy.exc
 
+from queue_consumer import metrics
 from queue_consumer.circuit import CircuitBreaker
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
-from relay_core import controls
+from relay_core import controls, tracing
 from relay_core.db.models import Transaction, utcnow
-from relay_core.queue import PoisonMessage, TransactionMessage
+from relay_core.queue import PoisonMessage, TransactionMessage, trace_attributes
 from relay_core.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False)
+class _Waiter:
+    want: int
+    urgent: bool
+    granted: asyncio.Future[None]
 
 
 class Capacity:
@@ -40,25 +48,79 @@ class Capacity:
     smaller) rather than receiving as soon as one slot frees: one ReceiveMessage per message
     would cost an SQS call (and its client CPU) per message instead of one per ten. With a
     small limit the share keeps one slow message from holding up every poller.
+
+    Room is given in turn, with one exception: an *urgent* request (the fast lane's, made for
+    messages it has already received) goes before the normal ones, but after ``fair_every``
+    normal shares' worth of urgent messages in a row while a normal request waits (rounded up
+    to a whole fast batch of at most 10), that one goes first: with the default share (64) the
+    normal lane keeps about ``1 / (fair_every + 1)`` of the messages however busy the fast
+    lane is.
+
+    ``headroom`` room is kept for urgent requests: normal ones are given room only up to
+    ``limit - headroom``. The normal pollers hold their room while they long-poll, so without
+    it an idle consumer would make a fast message wait for a long poll to end.
     """
 
-    def __init__(self, limit: int, pollers: int = 1) -> None:
+    def __init__(
+        self, limit: int, pollers: int = 1, fair_every: int = 4, headroom: int = 0
+    ) -> None:
         self.limit = limit
-        self._share = max(1, limit // max(1, pollers))
+        self.headroom = min(headroom, limit // 2)
+        self._share = max(1, (limit - self.headroom) // max(1, pollers))
         self.in_flight = 0
-        self._changed = asyncio.Condition()
+        self._waiting: deque[_Waiter] = deque()
+        self._fair_every = fair_every
+        self._urgent_run = 0  # urgent grants in a row while a normal request waited
 
-    async def reserve(self, most: int) -> int:
-        want = min(most, self._share)
-        async with self._changed:
-            await self._changed.wait_for(lambda: self.limit - self.in_flight >= want)
+    async def reserve(self, most: int, *, urgent: bool = False) -> int:
+        want = min(most, self.limit if urgent else self._share)
+        if not self._waiting and self._room(urgent) >= want:
             self.in_flight += want
             return want
+        waiter = _Waiter(want, urgent, asyncio.get_running_loop().create_future())
+        self._waiting.append(waiter)
+        self._grant()
+        try:
+            await waiter.granted
+        except asyncio.CancelledError:
+            if waiter.granted.done() and not waiter.granted.cancelled():
+                await self.release(want)  # granted as it was cancelled: give the room back
+            else:
+                self._waiting.remove(waiter)
+                self._grant()
+            raise
+        return want
 
     async def release(self, count: int = 1) -> None:
-        async with self._changed:
-            self.in_flight -= count
-            self._changed.notify_all()
+        self.in_flight -= count
+        self._grant()
+
+    def _room(self, urgent: bool) -> int:
+        return self.limit - self.in_flight - (0 if urgent else self.headroom)
+
+    def _grant(self) -> None:
+        while self._waiting:
+            waiter = self._next()
+            if self._room(waiter.urgent) < waiter.want:
+                return
+            normal_waits = any(not w.urgent for w in self._waiting if w is not waiter)
+            self._waiting.remove(waiter)
+            self.in_flight += waiter.want
+            # counted in messages: the normal lane gets its share after at most
+            # fair_every shares' worth of the fast lane's
+            self._urgent_run = (
+                self._urgent_run + waiter.want if waiter.urgent and normal_waits else 0
+            )
+            waiter.granted.set_result(None)
+
+    def _next(self) -> _Waiter:
+        urgent = next((w for w in self._waiting if w.urgent), None)
+        normal = next((w for w in self._waiting if not w.urgent), None)
+        fair = self._fair_every * self._share
+        if urgent is not None and (normal is None or self._urgent_run < fair):
+            return urgent
+        assert normal is not None
+        return normal
 
 
 @dataclass
@@ -120,22 +182,63 @@ class Deleter:
                 await self._task
 
 
+@dataclass(eq=False)
+class Lane:
+    """One lane of work as a consumer serves it: its queue and DLQ, its batched deletes, and
+    the operator's switch for it (``relay_core.controls``)."""
+
+    name: str
+    queue_url: str
+    dlq_url: str
+    deleter: Deleter
+    pollers: int
+    receiving: asyncio.Event = field(default_factory=asyncio.Event)
+    state: controls.LaneState = controls.LaneState.running
+    parked: int = 0  # pollers waiting for the switch
+    quiet: bool = False  # the last receive found the queue empty
+    work: set[asyncio.Task[None]] = field(default_factory=set)
+    received: int = 0
+
+    @property
+    def urgent(self) -> bool:
+        """The fast lane's pollers receive first and are given room before the others."""
+        return self.name == "fast"
+
+
 class Consumer:
     def __init__(
         self,
         settings: ConsumerSettings,
         sqs: Any,
-        queue_url: str,
-        dlq_url: str,
+        lanes: dict[str, tuple[str, str]],
         processor: TransactionProcessor,
     ) -> None:
+        """``lanes``: each lane's (queue URL, DLQ URL); the fast lane, when there is one,
+        is received first (``Capacity``)."""
         self.settings = settings
         self.sqs = sqs
-        self.queue_url = queue_url
-        self.dlq_url = dlq_url
         self.processor = processor
-        self.capacity = Capacity(settings.consumer_concurrency, settings.consumer_pollers)
-        self.deleter = Deleter(sqs, queue_url)
+        self.lanes = [
+            Lane(
+                name,
+                queue_url,
+                dlq_url,
+                Deleter(sqs, queue_url),
+                settings.consumer_fast_pollers if name == "fast" else settings.consumer_pollers,
+            )
+            for name, (queue_url, dlq_url) in lanes.items()
+        ]
+        for lane in self.lanes:
+            lane.receiving.set()
+        self.normal = self.lane("normal")
+        fast = [lane for lane in self.lanes if lane.urgent]
+        self.capacity = Capacity(
+            settings.consumer_concurrency,
+            settings.consumer_pollers,
+            fair_every=settings.consumer_fast_lane_run,
+            # one batch per fast poller is always there for the fast lane
+            headroom=sum(10 * lane.pollers for lane in fast),
+        )
         self.policy = Policy(
             max_receive_count=settings.queue_max_receive_count,
             base_s=settings.consumer_backoff_base_s,
@@ -144,6 +247,7 @@ class Consumer:
         self.stats = Stats()
         self.stopping = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
+        self._in_receive: set[asyncio.Task[Any]] = set()  # pollers inside a ReceiveMessage
         self._visibility = settings.queue_visibility_timeout_s
         self._heartbeat_interval = max(self._visibility / 2, 1)
         self.last_poll = time.monotonic()
@@ -151,28 +255,27 @@ class Consumer:
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
-        # The operator's switch (relay_core.controls): set while this lane may be received.
-        self.lane = controls.LANES[0]
-        self.receiving = asyncio.Event()
-        self.receiving.set()
-        self.lane_state = controls.LaneState.running
-        self._parked = 0  # pollers waiting for the switch
-        self._quiet = False  # the last receive found the queue empty
         self._started_at = utcnow()
+        metrics.watch(lambda: len(self._work), lambda: self.breaker.state.value)
+
+    def lane(self, name: str) -> Lane:
+        return next(lane for lane in self.lanes if lane.name == name)
 
     # --- lifecycle --------------------------------------------------------------------------
 
     async def run(self) -> dict[str, Any]:
         """Consume until ``stopping`` is set, then drain. Returns the summary."""
         self.processor.writes.start()
-        self.deleter.start()
-        # A consumer started while its lane is paused (a deploy, autoscaling) must not
-        # receive before it has read the switch.
+        for lane in self.lanes:
+            lane.deleter.start()
+        # A consumer started while a lane is paused (a deploy, autoscaling) must not receive
+        # from it before it has read the switch.
         with contextlib.suppress(Exception):
             await self._follow_switch()
         pollers = [
-            asyncio.create_task(self._poll(i), name=f"poller-{i}")
-            for i in range(self.settings.consumer_pollers)
+            asyncio.create_task(self._poll(lane, i), name=f"poller-{lane.name}-{i}")
+            for lane in self.lanes
+            for i in range(lane.pollers)
         ]
         housekeeping = [
             asyncio.create_task(self._reaper(), name="reaper"),
@@ -203,14 +306,16 @@ class Consumer:
             )
         await self.stopping.wait()
         log.info("consumer.stopping", extra={"in_flight": len(self._work)})
-        for task in pollers + housekeeping:
+        for task in housekeeping:
             task.cancel()
-        await asyncio.gather(*pollers, *housekeeping, return_exceptions=True)
+        await self._stop_pollers(pollers)
+        await asyncio.gather(*housekeeping, return_exceptions=True)
         abandoned = await self._drain(self.settings.consumer_grace_s)
         await self.processor.writes.stop()
-        await self.deleter.stop()
+        for lane in self.lanes:
+            await lane.deleter.stop()
         with contextlib.suppress(Exception):
-            await self._report("stopped")
+            await self._report(stopped=True)
         summary = self.stats.summary() | {
             "abandoned": abandoned,
             "circuitOpened": self.breaker.opened,
@@ -218,6 +323,18 @@ class Consumer:
         }
         log.info("consumer.stopped", extra=summary)
         return summary
+
+    async def _stop_pollers(self, pollers: list[asyncio.Task[None]]) -> None:
+        """A poller inside a long poll finishes it; the others stop at once. A receive cut off
+        by the client may still be answered by SQS with messages nobody reads, and those stay
+        hidden for the whole visibility timeout (a minute of delay at every deploy)."""
+        for task in pollers:
+            if task not in self._in_receive:
+                task.cancel()
+        _, late = await asyncio.wait(pollers, timeout=self.settings.consumer_wait_time_s + 5)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*pollers, return_exceptions=True)
 
     async def _drain(self, grace_s: float) -> int:
         if not self._work:
@@ -230,46 +347,69 @@ class Consumer:
 
     # --- polling ----------------------------------------------------------------------------
 
-    async def _poll(self, index: int) -> None:
+    async def _poll(self, lane: Lane, index: int) -> None:
+        """Receive from ``lane`` while it is switched on. A normal poller asks for room first,
+        then receives; the fast lane's receive first (a long poll on an idle fast queue holds
+        no room) and are then given room before the normal pollers (``Capacity``)."""
         while not self.stopping.is_set():
-            if not self.receiving.is_set():  # paused by an operator: receive nothing
-                self._parked += 1
+            if not lane.receiving.is_set():  # paused by an operator: receive nothing
+                lane.parked += 1
                 try:
-                    await self.receiving.wait()
+                    await lane.receiving.wait()
                 finally:
-                    self._parked -= 1
+                    lane.parked -= 1
                 continue
             # While the executor circuit is open nothing is received (messages keep their
-            # receive counts); half-open, one message at a time carries the probe.
-            want, ticket = await self.breaker.receivable(10)
-            room = await self.capacity.reserve(want)
-            if not self.receiving.is_set():  # paused while this poller waited for room
-                await self.capacity.release(room)
-                self.breaker.return_ticket(ticket)
+            # receive counts); half-open, one message at a time carries the probe. The probe
+            # is the normal pollers' to carry: a fast poller holding it through a long poll
+            # of an empty fast queue would keep the circuit from ever closing.
+            if lane.urgent and not self.breaker.closed:
+                await asyncio.sleep(0.2)
                 continue
+            want, ticket = await self.breaker.receivable(10)
+            if lane.urgent:
+                room = min(want, self.capacity.limit)
+            else:
+                room = await self.capacity.reserve(want)
+                if not lane.receiving.is_set():  # paused while this poller waited for room
+                    await self.capacity.release(room)
+                    self.breaker.return_ticket(ticket)
+                    continue
+            held = 0 if lane.urgent else room
+            me = asyncio.current_task()
             try:
-                response = await self.sqs.receive_message(
-                    QueueUrl=self.queue_url,
-                    MaxNumberOfMessages=room,
-                    WaitTimeSeconds=self.settings.consumer_wait_time_s,
-                    AttributeNames=["ApproximateReceiveCount"],
-                    MessageAttributeNames=["All"],
-                )
+                if me is not None:
+                    self._in_receive.add(me)
+                try:
+                    response = await self.sqs.receive_message(
+                        QueueUrl=lane.queue_url,
+                        MaxNumberOfMessages=room,
+                        WaitTimeSeconds=self.settings.consumer_wait_time_s,
+                        AttributeNames=["ApproximateReceiveCount"],
+                        MessageAttributeNames=["All"],
+                    )
+                finally:
+                    self._in_receive.discard(me)
+                messages = response.get("Messages", [])
+                if lane.urgent and messages:
+                    held = await self.capacity.reserve(len(messages), urgent=True)
             except asyncio.CancelledError:
-                await self.capacity.release(room)
+                await self.capacity.release(held)
                 self.breaker.return_ticket(ticket)
                 raise
             except Exception as exc:
-                await self.capacity.release(room)
+                await self.capacity.release(held)
                 self.breaker.return_ticket(ticket)
-                log.warning("consumer.receive_failed", extra={"poller": index, "error": str(exc)})
+                log.warning(
+                    "consumer.receive_failed",
+                    extra={"lane": lane.name, "poller": index, "error": str(exc)},
+                )
                 await asyncio.sleep(1.0)
                 continue
             self.last_poll = time.monotonic()
-            messages = response.get("Messages", [])
-            self._quiet = not messages
-            if len(messages) < room:
-                await self.capacity.release(room - len(messages))
+            lane.quiet = not messages
+            if len(messages) < held:
+                await self.capacity.release(held - len(messages))
             if not messages:
                 self.breaker.return_ticket(ticket)
                 continue
@@ -293,9 +433,11 @@ class Consumer:
                     if isinstance(body, TransactionMessage)
                     else None
                 )
-                task = asyncio.create_task(self._handle(message, body, snapshot))
+                task = asyncio.create_task(self._handle(lane, message, body, snapshot))
                 self._work.add(task)
+                lane.work.add(task)
                 task.add_done_callback(self._work.discard)
+                task.add_done_callback(lane.work.discard)
                 if ticket is not None:  # one message: it carried the half-open probe
                     task.add_done_callback(functools.partial(self._return_ticket, ticket))
 
@@ -306,6 +448,7 @@ class Consumer:
 
     async def _handle(
         self,
+        lane: Lane,
         message: dict[str, Any],
         body: TransactionMessage | PoisonMessage,
         snapshot: Transaction | None,
@@ -317,8 +460,15 @@ class Consumer:
         done = asyncio.Event()
         timer: asyncio.TimerHandle | None = None
         outcome: Outcome
+        # This task's own context: the accepting request's id and trace go on every log line
+        # and on the executor calls made for this message.
+        request_id, traceparent = trace_attributes(message)
+        trace = tracing.begin(request_id, traceparent, name="relay.process", kind="consumer")
+        tracing.activate(trace)
         try:
             self.stats.counts["received"] += 1
+            lane.received += 1
+            metrics.RECEIVED.inc(lane.name)
             if isinstance(body, PoisonMessage):
                 outcome = Outcome(Failure.poison, str(body), action="poison")
             else:
@@ -329,19 +479,22 @@ class Consumer:
                 timer = asyncio.get_running_loop().call_later(
                     self._heartbeat_interval,
                     lambda: heartbeat.append(
-                        asyncio.create_task(self._keep_invisible(message, tx_message, done))
+                        asyncio.create_task(self._keep_invisible(lane, message, tx_message, done))
                     ),
                 )
                 outcome = await self._attempt(body, str(message.get("MessageId")), snapshot)
-            await self._apply(message, outcome, receive_count, context, started)
+            await self._apply(lane, message, outcome, receive_count, context, started)
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
             self.stats.counts["abandoned"] += 1
             raise
         except Exception:
             self.stats.counts["errors"] += 1
+            metrics.FAILED.inc(lane.name, "error")
             log.exception("consumer.message.error", extra=context)
         finally:
+            if trace.span is not None:
+                tracing.finish(trace, attributes=context)
             done.set()
             if timer is not None:
                 timer.cancel()
@@ -377,6 +530,7 @@ class Consumer:
 
     async def _apply(
         self,
+        lane: Lane,
         message: dict[str, Any],
         outcome: Outcome,
         receive_count: int,
@@ -388,39 +542,47 @@ class Consumer:
         )
         handle = message["ReceiptHandle"]
         if plan.action is Action.delete:
-            self.deleter.add(handle)
+            lane.deleter.add(handle)
         elif plan.action is Action.backoff:
-            await self._set_visibility(handle, plan.delay_s)
+            await self._set_visibility(lane, handle, plan.delay_s)
         elif plan.action is Action.dead_letter:
-            await self._dead_letter(message, outcome, receive_count)
+            await self._dead_letter(lane, message, outcome, receive_count)
         else:
-            await self._requeue(message, plan.delay_s)
+            await self._requeue(lane, message, plan.delay_s)
         self.stats.counts[plan.action.value] += 1
         self.stats.counts[outcome.action] += 1
+        elapsed = time.monotonic() - started
+        metrics.PROCESSED.inc(lane.name, outcome.action, plan.action.value)
+        metrics.MESSAGE_SECONDS.observe(lane.name, elapsed)
+        if outcome.failure is not None:
+            metrics.FAILED.inc(lane.name, outcome.failure.value)
         level = logging.INFO if outcome.failure is None else logging.WARNING
         log.log(
             level,
             "consumer.message.handled",
             extra={
                 **context,
+                "lane": lane.name,
                 "action": outcome.action,
                 "plan": plan.action.value,
                 "delay_s": plan.delay_s or None,
                 "receiveCount": receive_count,
-                "duration_ms": round((time.monotonic() - started) * 1000, 1),
+                "duration_ms": round(elapsed * 1000, 1),
                 "error": outcome.reason or None,
             },
         )
 
-    async def _set_visibility(self, handle: str, seconds: int) -> None:
+    async def _set_visibility(self, lane: Lane, handle: str, seconds: int) -> None:
         try:
             await self.sqs.change_message_visibility(
-                QueueUrl=self.queue_url, ReceiptHandle=handle, VisibilityTimeout=seconds
+                QueueUrl=lane.queue_url, ReceiptHandle=handle, VisibilityTimeout=seconds
             )
         except Exception as exc:
             log.warning("consumer.visibility_failed", extra={"error": str(exc)})
 
-    async def _dead_letter(self, message: dict[str, Any], outcome: Outcome, count: int) -> None:
+    async def _dead_letter(
+        self, lane: Lane, message: dict[str, Any], outcome: Outcome, count: int
+    ) -> None:
         attributes = dict(message.get("MessageAttributes") or {})
         attributes.update(
             {
@@ -440,18 +602,18 @@ class Consumer:
             }
         )
         await self.sqs.send_message(
-            QueueUrl=self.dlq_url,
+            QueueUrl=lane.dlq_url,
             MessageBody=message.get("Body") or "<empty>",
             MessageAttributes=attributes,
         )
-        self.deleter.add(message["ReceiptHandle"])
+        lane.deleter.add(message["ReceiptHandle"])
 
-    async def _requeue(self, message: dict[str, Any], delay_s: int) -> None:
+    async def _requeue(self, lane: Lane, message: dict[str, Any], delay_s: int) -> None:
         """The last allowed receive of a message that still has work: a fresh copy carries
         it on (delayed like a back-off), so SQS's redrive never takes a live transaction."""
         try:
             await self.sqs.send_message(
-                QueueUrl=self.queue_url,
+                QueueUrl=lane.queue_url,
                 MessageBody=message.get("Body") or "",
                 MessageAttributes=dict(message.get("MessageAttributes") or {}),
                 DelaySeconds=delay_s,
@@ -459,17 +621,21 @@ class Consumer:
         except Exception as exc:
             # Then the redrive takes it; the reconciler finds its row (docs/runbook.md).
             log.error("consumer.requeue_failed", extra={"error": str(exc)})
-            await self._set_visibility(message["ReceiptHandle"], delay_s)
+            await self._set_visibility(lane, message["ReceiptHandle"], delay_s)
             return
-        self.deleter.add(message["ReceiptHandle"])
+        lane.deleter.add(message["ReceiptHandle"])
 
     async def _keep_invisible(
-        self, message: dict[str, Any], parsed: TransactionMessage, done: asyncio.Event
+        self,
+        lane: Lane,
+        message: dict[str, Any],
+        parsed: TransactionMessage,
+        done: asyncio.Event,
     ) -> None:
         """Work that outlives half the visibility timeout extends it (and the claim), then again
         every half timeout until it ends. Started by a timer after the first half."""
         while not done.is_set():
-            await self._set_visibility(message["ReceiptHandle"], self._visibility)
+            await self._set_visibility(lane, message["ReceiptHandle"], self._visibility)
             with contextlib.suppress(Exception):
                 await self.processor.touch_claim(
                     parsed.transaction_id, str(message.get("MessageId"))
@@ -490,9 +656,10 @@ class Consumer:
                 log.warning("consumer.reaper.failed", extra={"error": str(exc)})
 
     async def _reconcile(self) -> int:
-        """One reconciler pass, unless the executor circuit is open or the lane is paused:
-        then messages wait in SQS on purpose and their rows only look stranded."""
-        if self.reconciler is None or not self.breaker.closed or not self.receiving.is_set():
+        """One reconciler pass, unless the executor circuit is open or a lane is paused: then
+        messages wait in SQS on purpose and their rows only look stranded."""
+        paused = any(not lane.receiving.is_set() for lane in self.lanes)
+        if self.reconciler is None or not self.breaker.closed or paused:
             return 0
         report = await self.reconciler.run_once()
         self.stats.counts["requeued_by_reconciler"] += report.requeued
@@ -523,33 +690,36 @@ class Consumer:
 
     async def _follow_switch(self) -> None:
         async with self.processor.sessions() as session:
-            state = await controls.lane_state(session, self.lane)
-        if state is not self.lane_state:
-            log.info("consumer.switch", extra={"lane": self.lane, "state": state.value})
-            self.lane_state = state
-        if state is controls.LaneState.paused:
-            self.receiving.clear()
-        else:
-            self.receiving.set()
-        if state is controls.LaneState.draining and await self._drained():
-            async with self.processor.sessions() as session, session.begin():
-                if await controls.finish_drain(session, self.lane, self.settings.consumer_id):
-                    log.info("consumer.drained", extra={"lane": self.lane})
-        await self._report(self._state())
+            states = await controls.lane_states(session)
+        for lane in self.lanes:
+            state = states.get(lane.name, controls.LaneState.running)
+            if state is not lane.state:
+                log.info("consumer.switch", extra={"lane": lane.name, "state": state.value})
+                lane.state = state
+            if state is controls.LaneState.paused:
+                lane.receiving.clear()
+            else:
+                lane.receiving.set()
+            metrics.LANE_RECEIVING.labels(lane.name).set(float(lane.receiving.is_set()))
+            if state is controls.LaneState.draining and await self._drained(lane):
+                async with self.processor.sessions() as session, session.begin():
+                    if await controls.finish_drain(session, lane.name, self.settings.consumer_id):
+                        log.info("consumer.drained", extra={"lane": lane.name})
+        await self._report()
 
-    def _state(self) -> str:
-        if self.receiving.is_set():
+    def _state(self, lane: Lane) -> str:
+        if lane.receiving.is_set():
             return "running"
-        busy = self._work or self._parked < self.settings.consumer_pollers
+        busy = lane.work or lane.parked < lane.pollers
         return "pausing" if busy else "paused"
 
-    async def _drained(self) -> bool:
+    async def _drained(self, lane: Lane) -> bool:
         """Nothing held here, the last receive came back empty, and SQS agrees: nothing
         visible, in flight elsewhere or delayed."""
-        if self._work or not self._quiet:
+        if lane.work or not lane.quiet:
             return False
         response = await self.sqs.get_queue_attributes(
-            QueueUrl=self.queue_url,
+            QueueUrl=lane.queue_url,
             AttributeNames=[
                 "ApproximateNumberOfMessages",
                 "ApproximateNumberOfMessagesNotVisible",
@@ -558,24 +728,42 @@ class Consumer:
         )
         return not any(int(v) for v in response.get("Attributes", {}).values())
 
-    async def _report(self, state: str) -> None:
-        mine = controls.Report(
-            consumer_id=self.settings.consumer_id,
-            lane=self.lane,
-            state=state,
-            in_flight=len(self._work),
-            received=self.stats.counts["received"],
-            circuit=self.breaker.state.value,
-            started_at=self._started_at,
-        )
+    async def _report(self, *, stopped: bool = False) -> None:
+        """This consumer's report, one per lane it serves."""
         async with self.processor.sessions() as session, session.begin():
-            await controls.report(session, mine)
+            for lane in self.lanes:
+                mine = controls.Report(
+                    consumer_id=self.settings.consumer_id,
+                    lane=lane.name,
+                    state="stopped" if stopped else self._state(lane),
+                    in_flight=len(lane.work),
+                    received=lane.received,
+                    circuit=self.breaker.state.value,
+                    started_at=self._started_at,
+                )
+                await controls.report(session, mine)
 
     async def _heartbeat_file(self) -> None:
+        """Every 5 s the heartbeat file (``queue-consumer --check``); every 30 s a
+        ``consumer.heartbeat`` log line, which infra/ turns into CloudWatch metrics (a consumer
+        gone quiet, a circuit open for long) by metric filters on the log group."""
         path = Path(self.settings.consumer_heartbeat_file)
+        beats = 0
         while True:
             with contextlib.suppress(OSError):
                 await asyncio.to_thread(path.write_text, f"{time.time():.0f}\n")
+            if beats % 6 == 0:
+                log.info(
+                    "consumer.heartbeat",
+                    extra={
+                        "consumer": self.settings.consumer_id,
+                        "lanes": {lane.name: self._state(lane) for lane in self.lanes},
+                        "circuit": self.breaker.state.value,
+                        "inFlight": len(self._work),
+                        "received": self.stats.counts["received"],
+                    },
+                )
+            beats += 1
             await asyncio.sleep(5)
 
 

@@ -10,8 +10,9 @@ from fastapi import FastAPI
 from relay_api import errors
 from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
+from relay_api.dashboard.endpoints import router as dashboard_router
 from relay_api.health.endpoints import router as health_router
-from relay_api.middleware import BodySizeLimit
+from relay_api.middleware import BodySizeLimit, Observe
 from relay_api.queues.endpoints import dlq_router
 from relay_api.queues.endpoints import router as queues_router
 from relay_api.relay.endpoints import router as relay_router
@@ -19,7 +20,7 @@ from relay_api.responses import Json
 from relay_api.runtime import open_runtime
 from relay_api.settings import ApiSettings
 from relay_api.webhooks.endpoints import router as webhooks_router
-from relay_core import gctuning
+from relay_core import gctuning, tracing
 
 
 def create_app(settings: ApiSettings | None = None, *, background: bool = True) -> FastAPI:
@@ -27,10 +28,15 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        async with open_runtime(settings, background=background) as runtime:
-            app.state.runtime = runtime
-            gctuning.freeze_after_startup()
-            yield
+        exporting = tracing.configure_export("relay-api")
+        try:
+            async with open_runtime(settings, background=background) as runtime:
+                app.state.runtime = runtime
+                gctuning.freeze_after_startup()
+                yield
+        finally:
+            if exporting:
+                tracing.shutdown_export()
 
     app = FastAPI(
         title="Relay API",
@@ -40,6 +46,7 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
         default_response_class=Json,
     )
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
+    app.add_middleware(Observe)  # outermost: a refused body still gets its id and its count
     errors.install(app)
     app.include_router(health_router)
     app.include_router(relay_router)
@@ -48,4 +55,5 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.include_router(clients_admin_router)
     app.include_router(queues_router)
     app.include_router(dlq_router)
+    app.include_router(dashboard_router)
     return app

@@ -15,6 +15,7 @@ relay queues pause|drain|resume [--lane normal] [--reason TEXT] [--wait]
 relay dlq list [--limit N] [--json]   dead letters with their reasons and their rows
 relay dlq show REF [--json]           one (REF: message or transaction id) and its history
 relay dlq redrive REF ... | --all     back to the work queue, rows ready to decide afresh
+        (every dlq command takes --lane fast for the fast lane's DLQ)
                                       (exit 4 when some are left in the DLQ, with why)
 relay dlq purge [--yes]               delete them all (asks for the DLQ's name)
 relay sweep --once                    enqueue committed rows that never reached SQS
@@ -34,8 +35,11 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from relay_api.limits.service import MIN_RATE_PER_S
 from relay_api.settings import ApiSettings
 from relay_core.logs import configure_logging
+
+LANES = ("normal", "fast")  # relay_core.controls.LANES, without importing the database layer
 
 
 def _out(line: str = "") -> None:
@@ -191,9 +195,10 @@ async def _queues_create(settings: ApiSettings) -> None:
     async with queue.session().client(
         "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
     ) as sqs:
-        queue_url, dlq_url = await queue.create_queues(sqs, settings)
-    _out(f"queue {queue_url}")
-    _out(f"dlq   {dlq_url} (maxReceiveCount {settings.queue_max_receive_count})")
+        for lane in settings.lanes():
+            queue_url, dlq_url = await queue.create_lane(sqs, settings, lane)
+            _out(f"{lane:6} queue {queue_url}")
+            _out(f"{lane:6} dlq   {dlq_url} (maxReceiveCount {settings.queue_max_receive_count})")
 
 
 @contextlib.asynccontextmanager
@@ -246,16 +251,18 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
     async with _database_and_sqs(settings) as (sessions, sqs):
         try:
             if args.action == "purge":
-                confirm = settings.dlq_name if args.yes else _ask_queue_name(settings.dlq_name)
-                _out(f"purged {await dlq.purge(sqs, settings, confirm)} message(s)")
+                name = dlq.lane_names(settings, args.lane)[1]
+                confirm = name if args.yes else _ask_queue_name(name)
+                purged = await dlq.purge(sqs, settings, confirm, args.lane)
+                _out(f"purged {purged} message(s)")
                 return 0
             if args.action == "redrive":
                 return await _redrive(settings, sessions, sqs, args)
             async with sessions() as session:
                 if args.action == "show":
-                    view = await dlq.show(session, sqs, settings, args.ref)
+                    view = await dlq.show(session, sqs, settings, args.ref, args.lane)
                 else:
-                    view = await dlq.listing(session, sqs, settings, args.limit)
+                    view = await dlq.listing(session, sqs, settings, args.limit, args.lane)
         except RelayError as exc:
             _err(exc.detail)
             return 1 if exc.status_code == 404 else 2
@@ -284,13 +291,14 @@ async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argpars
     )
     cache = cache_mod.StatusCache.configured(redis, settings)
     try:
+        refs = None if args.all else args.refs
         result = await dlq.redrive(
-            sessions, sqs, settings, cache, None if args.all else args.refs, by="relay cli"
+            sessions, sqs, settings, cache, refs, by="relay cli", lane=args.lane
         )
     finally:
         if redis is not None:
             await redis.aclose()
-    _out(f"redriven {len(result['redriven'])}, left {len(result['left'])}")
+    _out(f"redriven {len(result['redriven'])}, left {len(result['left'])} ({result['how']})")
     for item in result["left"]:
         _out(f"  left {item['messageId'] or '-'}  tx {item['transactionId'] or '-'}: {item['why']}")
     return 0 if not result["left"] else 4
@@ -404,14 +412,12 @@ async def _reconcile_once(settings: ApiSettings) -> None:
         async with queue.session().client(
             "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
         ) as sqs:
-            queue_url = (await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"]
-            dlq_url = (await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"]
+            lanes = await queue.lane_urls(sqs, settings)
             status_cache = cache_mod.StatusCache.configured(redis, settings)
             reconciler = Reconciler(
                 create_sessionmaker(engine),
                 sqs,
-                queue_url,
-                dlq_url,
+                lanes,
                 settings,
                 status_cache,
                 executor=executor,
@@ -455,10 +461,10 @@ def serve(settings: ApiSettings) -> None:
     )
 
 
-def _positive_float(text: str) -> float:
+def _rate(text: str) -> float:
     value = float(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError("must be above 0")
+    if not MIN_RATE_PER_S <= value <= 1_000_000:
+        raise argparse.ArgumentTypeError(f"must be between {MIN_RATE_PER_S:g} and 1000000")
     return value
 
 
@@ -493,7 +499,7 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("client", help="client id, or name when it is unique")
     policy = clients.add_parser("policy", help="set a client's limits (then shows them)")
     policy.add_argument("client", help="client id, or name when it is unique")
-    policy.add_argument("--rate-per-s", type=_positive_float, help="requests per second")
+    policy.add_argument("--rate-per-s", type=_rate, help="requests per second")
     policy.add_argument("--burst", type=_positive_int, help="requests at once")
     policy.add_argument(
         "--default-rate", action="store_true", help="back to the deployment's default"
@@ -529,7 +535,7 @@ def build_parser() -> argparse.ArgumentParser:
     queues = sub.add_parser("queues", help="SQS queues").add_subparsers(
         dest="action", required=True
     )
-    queues.add_parser("create", help="create the queue and its DLQ with the redrive policy")
+    queues.add_parser("create", help="create each lane's queue and its DLQ with the redrive policy")
     status = queues.add_parser("status", help="lanes, consumers and queue depths")
     status.add_argument("--json", action="store_true", help="as JSON")
     for action, about in (
@@ -538,7 +544,9 @@ def build_parser() -> argparse.ArgumentParser:
         ("resume", "consumers receive again"),
     ):
         switch = queues.add_parser(action, help=about)
-        switch.add_argument("--lane", default="normal", help="the lane (default: normal)")
+        switch.add_argument(
+            "--lane", default="normal", choices=LANES, help="the lane (default: normal)"
+        )
         switch.add_argument("--reason", help="shown beside the state")
         switch.add_argument(
             "--wait",
@@ -562,6 +570,10 @@ def build_parser() -> argparse.ArgumentParser:
     redrive.add_argument("--all", action="store_true", help="every message of the DLQ")
     purge = dead.add_parser("purge", help="delete every message (asks for the queue's name)")
     purge.add_argument("--yes", action="store_true", help="do not ask")
+    for command in (listing, one, redrive, purge):
+        command.add_argument(
+            "--lane", default="normal", choices=LANES, help="whose DLQ: normal (default) or fast"
+        )
 
     sweep = sub.add_parser("sweep", help="send committed rows that never reached SQS")
     sweep.add_argument("--once", action="store_true", required=True, help="one pass, then exit")

@@ -46,8 +46,10 @@ class DevSettings(BaseSettings):
         Path(".relay"),
         description="SQLite database, dev key, executor ledger, SQS log; kept between runs",
     )
-    local_sqs: Literal["ministack", "moto"] = Field(
-        "ministack", description="local SQS server started when AWS_ENDPOINT_URL is unset"
+    local_sqs: Literal["ministack", "localstack", "moto"] = Field(
+        "ministack",
+        description="local SQS server started when AWS_ENDPOINT_URL is unset (localstack: "
+        "`make localstack` installs it; docs/local.md)",
     )
     # Read by relay_core.localsqs; declared here so that it is documented with the rest.
     ministack_bin: str | None = Field(
@@ -206,7 +208,14 @@ def run() -> int:
         _say("")
         _say("Relay is running (Ctrl-C stops everything)")
         _say(f"  API        {base}   docs {base}/docs")
-        _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({sqs.kind if sqs else 'external'})")
+        _say(
+            f"  dashboard  {base}/api/v1/admin/dashboard  (an admin key: "
+            "uv run relay keys create --name ops --admin)"
+        )
+        kind = "external" if sqs is None else sqs.kind
+        if sqs is not None and sqs.kind == "localstack":
+            kind = f"localstack-core {localsqs.localstack_version()}"
+        _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({kind})")
         _say(f"  executor   {executor_url}  (relayer-stub unless RELAY_EXECUTOR_URL is set)")
         if deployed is not None:
             _say(f"  chain      {deployed['rpcUrl']}  chain id {deployed['chainId']}  (anvil)")

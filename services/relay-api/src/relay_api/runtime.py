@@ -11,6 +11,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from relay_api import metrics
 from relay_api.auth.service import Authenticator, ensure_client_with_key
 from relay_api.limits.budget import Budgets
 from relay_api.limits.service import Limit, RateLimiter
@@ -61,7 +62,11 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
                 **queue_mod.sqs_client_kwargs(settings),
             )
         )
-        work_queue = WorkQueue(sqs, settings.queue_name, settings.sqs_send_timeout_s)
+        work_queue = WorkQueue(
+            sqs,
+            {lane: settings.lane_queues(lane)[0] for lane in settings.lanes()},
+            settings.sqs_send_timeout_s,
+        )
         redis = None
         status_cache = None
         if settings.redis_url:
@@ -89,6 +94,9 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             timeout_s=settings.status_upstream_timeout_s,
         )
         publisher = Publisher(work_queue, sessions)
+        # Read at scrape time: nothing on the request path.
+        metrics.OUTBOX_BACKLOG.set_function(publisher.backlog)
+        metrics.OUTBOX_OLDEST_AGE.set_function(publisher.oldest_age_s)
         rpc = None
         if settings.chain_rpc_url:
             rpc = evm.EvmRpc(settings.chain_rpc_url, timeout_s=2.0)

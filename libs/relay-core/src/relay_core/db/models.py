@@ -103,12 +103,13 @@ class QueueControl(Base):
 
 
 class ConsumerReport(Base):
-    """What each consumer process last said of itself (every few seconds while it runs)."""
+    """What each consumer process last said of itself, per lane it serves (every few seconds
+    while it runs)."""
 
     __tablename__ = "consumer_reports"
 
     consumer_id: Mapped[str] = mapped_column(String(200), primary_key=True)
-    lane: Mapped[str] = mapped_column(String(32))
+    lane: Mapped[str] = mapped_column(String(32), primary_key=True)
     state: Mapped[str] = mapped_column(String(16))  # running | pausing | paused | stopped
     in_flight: Mapped[int] = mapped_column(Integer, default=0)
     received: Mapped[int] = mapped_column(BigInteger, default=0)
@@ -169,6 +170,9 @@ class Transaction(Base):
     # How often the reconciler found this row's message dead-lettered by the redrive policy
     # and enqueued it again (the second time, the row is failed instead).
     dead_letters: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # fast (asked for speed fast or fastest, when the fast lane is on) or normal: which queue
+    # carries its messages.
+    lane: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     # Effective callback for status notifications (the request's, else the client's).
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
 

@@ -77,6 +77,8 @@ _KNOWN_LATER = {
     "first_attempt_at": _T,
     "upstream_missing_since": _T,
     "dead_letters": _I,
+    # 0008 (fast lane)
+    "lane": _S,
 }
 
 

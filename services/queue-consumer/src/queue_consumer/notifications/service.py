@@ -34,6 +34,7 @@ import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from queue_consumer import metrics
 from queue_consumer.notifications import repository
 from relay_core import apikeys, jsonutil
 from relay_core.db.models import Notification, utcnow
@@ -209,16 +210,19 @@ class Notifier:
                     last_error=None,
                 )
                 self.delivered += 1
+                metrics.NOTIFICATIONS.inc("delivered")
                 return
             if now - notification.created_at > self._max_age:
                 await repository.finish(
                     session, notification.id, state="abandoned", attempts=attempts, last_error=error
                 )
+                metrics.NOTIFICATIONS.inc("abandoned")
                 log.warning(
                     "consumer.notify.abandoned",
                     extra={"transactionId": notification.transaction_id, "error": error},
                 )
                 return
+            metrics.NOTIFICATIONS.inc("failed")
             delay = min(self._backoff_cap_s, 2 ** min(attempts - 1, 16))
             await repository.finish(
                 session,
@@ -229,6 +233,7 @@ class Notifier:
             )
 
     async def _abandon(self, notification: Notification, why: str) -> None:
+        metrics.NOTIFICATIONS.inc("abandoned")
         log.warning(
             "consumer.notify.refused",
             extra={"transactionId": notification.transaction_id, "why": why[:300]},

@@ -53,6 +53,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from queue_consumer import metrics
 from queue_consumer.circuit import CircuitOpen, ExecutorGuard
 from queue_consumer.retry import Failure
 from queue_consumer.settings import ConsumerSettings
@@ -294,6 +295,8 @@ class TransactionProcessor:
                     first_attempt_at=tx.first_attempt_at or now,
                 ):
                     return await self._lost_claim(tx.id)
+                if tx.attempts == 1:  # its first claim: how long it waited for a consumer
+                    metrics.CLAIM_LAG.observe(tx.lane, (now - tx.created_at).total_seconds())
                 if utcnow() - now > self._submit_budget:
                     # The claim took so long to commit that the in-doubt rule's bound on when
                     # the call starts would be broken: withdraw the stamp (nothing was sent).
@@ -387,6 +390,7 @@ class TransactionProcessor:
                 claimed_by=None,
             ):
                 return await self._lost_claim(tx.id)
+            metrics.IN_DOUBT.inc("failed")
             log.error("consumer.in_doubt.beyond_retention", extra={"transactionId": tx.id})
             return Outcome(Failure.permanent, "in doubt beyond retention", action="in_doubt_failed")
         if not self.guard.breaker.may_call():
@@ -409,6 +413,7 @@ class TransactionProcessor:
         for _ in range(_ADOPTION_ROUNDS):
             found = await self.lookup.find(payload, started)
             if not found.complete:
+                metrics.IN_DOUBT.inc("lookup_incomplete")
                 await self._write(tx, tx.status, claimed_by=None)
                 return Outcome(
                     Failure.transient,
@@ -434,10 +439,12 @@ class TransactionProcessor:
                 break
             try:
                 if await self._record(tx, chosen):
+                    metrics.IN_DOUBT.inc("adopted")
                     return Outcome.done("adopted")
                 return await self._lost_claim(tx.id)
             except _Conflict:
                 self.conflicts += 1
+                metrics.CLAIM_CONFLICTS.inc("adoption")
                 log.info(
                     "consumer.claim_conflict",
                     extra={"transactionId": tx.id, "executorTxId": chosen.id},
@@ -461,9 +468,11 @@ class TransactionProcessor:
                 claimed_by=None,
             ):
                 return await self._lost_claim(tx.id)
+            metrics.IN_DOUBT.inc("expired")
             return Outcome.done("expired")
         if not await self._write(tx, tx.status, submit_started_at=None, claimed_by=None):
             return await self._lost_claim(tx.id)
+        metrics.IN_DOUBT.inc("resubmitted")
         if self._budget_spent(tx):
             return await self._give_up(tx, "no attempt got an answer from the executor")
         return await self._submit_if_allowed(tx, owner)
@@ -477,6 +486,7 @@ class TransactionProcessor:
         """Someone changed the row between our read and our write. Only a finished row lets
         this message go; otherwise it comes back shortly and is decided afresh (deleting it
         could leave the row with no message at all)."""
+        metrics.CLAIM_CONFLICTS.inc("lost")
         async with self.sessions() as session:
             current = await repository.load(session, transaction_id)
         if (

@@ -59,6 +59,14 @@ class Publisher:
             else:
                 self._handed.append(now)
 
+    def backlog(self) -> int:
+        """How many committed messages wait here to be sent."""
+        return len(self._handed)
+
+    def oldest_age_s(self) -> float:
+        """How long the oldest of them has waited (0 when none)."""
+        return (utcnow() - self._handed[0]).total_seconds() if self._handed else 0.0
+
     def oldest_unsent(self) -> datetime | None:
         """When the oldest message still to be sent was handed over; None when there is none
         or the publisher is not running (then the sweeper must send what it holds)."""

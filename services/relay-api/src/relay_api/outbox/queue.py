@@ -1,39 +1,47 @@
-"""The SQS side of the outbox: one client, the queue URL resolved lazily (SQS may be down at
-start-up; the API must still start and accept)."""
+"""The SQS side of the outbox: one client, each lane's queue URL resolved lazily (SQS may be
+down at start-up; the API must still start and accept)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from relay_core.queue import TransactionMessage, send_batch
 
 
 class WorkQueue:
-    def __init__(self, sqs: Any, queue_name: str, timeout_s: float) -> None:
+    def __init__(self, sqs: Any, queue_names: Mapping[str, str], timeout_s: float) -> None:
         self.sqs = self._sqs = sqs  # (public: the admin endpoints read depths with it)
-        self._queue_name = queue_name
+        self._names = dict(queue_names)  # lane -> queue name
         self._timeout_s = timeout_s
-        self._url: str | None = None
+        self._urls: dict[str, str] = {}
 
-    async def url(self) -> str:
-        if self._url is None:
+    async def url(self, lane: str = "normal") -> str:
+        found = self._urls.get(lane)
+        if found is None:
             response = await asyncio.wait_for(
-                self._sqs.get_queue_url(QueueName=self._queue_name), self._timeout_s
+                self._sqs.get_queue_url(QueueName=self._names[lane]), self._timeout_s
             )
-            self._url = str(response["QueueUrl"])
-        return self._url
+            found = self._urls[lane] = str(response["QueueUrl"])
+        return found
 
     async def send(self, messages: Sequence[TransactionMessage]) -> set[str]:
-        """Send in batches of 10, concurrently; return the transaction ids SQS accepted.
+        """Send in batches of 10 to each message's lane, concurrently; return the transaction
+        ids SQS accepted.
 
         Raises when nothing could be sent because of an error (SQS down); a partial failure
         returns what was sent, and the rest is left to the sweeper.
         """
-        url = await self.url()
-        chunks = [messages[start : start + 10] for start in range(0, len(messages), 10)]
-        sends = [asyncio.wait_for(send_batch(self._sqs, url, c), self._timeout_s) for c in chunks]
+        by_lane: dict[str, list[TransactionMessage]] = defaultdict(list)
+        for message in messages:
+            by_lane[message.lane if message.lane in self._names else "normal"].append(message)
+        sends = [
+            self._send_chunk(lane, some[i : i + 10])
+            for lane, some in by_lane.items()
+            for i in range(0, len(some), 10)
+        ]
         results = await asyncio.gather(*sends, return_exceptions=True)
         sent: set[str] = set()
         errors: list[BaseException] = []
@@ -45,6 +53,11 @@ class WorkQueue:
         if errors and not sent:
             raise errors[0]
         return sent
+
+    async def _send_chunk(self, lane: str, chunk: Sequence[TransactionMessage]) -> set[str]:
+        # A lane whose queue cannot be found fails alone; the other lane's sends go on.
+        url = await self.url(lane)
+        return await asyncio.wait_for(send_batch(self._sqs, url, chunk), self._timeout_s)
 
     async def ping(self) -> None:
         url = await self.url()

@@ -12,10 +12,13 @@ from relay_core.db.models import TRANSACTIONS, Transaction, utcnow
 from relay_core.statuses import TxStatus
 
 
-async def unsent(session: AsyncSession, older_than: datetime, limit: int) -> list[tuple[str, str]]:
-    """Pending rows never handed to SQS, oldest first, locked against other sweepers."""
+async def unsent(
+    session: AsyncSession, older_than: datetime, limit: int
+) -> list[tuple[str, str, str]]:
+    """Pending rows never handed to SQS (id, type, lane), oldest first, locked against other
+    sweepers."""
     stmt = (
-        select(Transaction.id, Transaction.type)
+        select(Transaction.id, Transaction.type, Transaction.lane)
         .where(
             Transaction.status == TxStatus.pending.value,
             Transaction.enqueued_at.is_(None),
@@ -27,7 +30,7 @@ async def unsent(session: AsyncSession, older_than: datetime, limit: int) -> lis
     if session.get_bind().dialect.name != "sqlite":
         stmt = stmt.with_for_update(skip_locked=True)
     rows = await session.execute(stmt)
-    return [(row.id, row.type) for row in rows]
+    return [(row.id, row.type, row.lane) for row in rows]
 
 
 async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:

@@ -46,7 +46,9 @@ async def sweep_once(
         rows = await repository.unsent(session, cutoff, batch)
         if not rows:
             return 0
-        messages = [TransactionMessage.new(tx_id, tx_type) for tx_id, tx_type in rows]
+        messages = [
+            TransactionMessage.new(tx_id, tx_type, lane=lane) for tx_id, tx_type, lane in rows
+        ]
         sent = await queue.send(messages)
         await repository.mark_enqueued(session, sent)
     metrics.OUTBOX_SWEPT.inc(len(sent))

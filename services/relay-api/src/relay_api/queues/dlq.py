@@ -17,10 +17,17 @@ dead letters starts again.
 Per message: the row is marked enqueued and committed, the message sent to the work queue, and
 only then deleted from the DLQ, so a redrive cut short leaves a message in both queues at
 worst (the consumer drops a second copy by the row), never in neither.
+
+A redrive of everything, where the SQS server has StartMessageMoveTask (AWS, LocalStack) and
+every message in the DLQ can be redriven, is one move task instead: the rows are made ready
+first, then SQS moves the messages itself and the redrive waits for the task to complete.
+Where it has not (ministack, moto), or some message must stay, it is the per-message path.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
 from typing import Any
 
@@ -31,7 +38,7 @@ from relay_core import dlq
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, TransactionEvent, utcnow
 from relay_core.db.transitions import touch
-from relay_core.errors import BadRequest, NotFound
+from relay_core.errors import BadRequest, NotFound, Unavailable
 from relay_core.queue import TransactionMessage, send_batch
 from relay_core.settings import InfraSettings
 from relay_core.statuses import is_terminal
@@ -40,20 +47,31 @@ from relay_core.views import rfc3339, status_entry
 log = logging.getLogger(__name__)
 
 
-async def dlq_url(sqs: Any, settings: InfraSettings) -> str:
-    return str((await sqs.get_queue_url(QueueName=settings.dlq_name))["QueueUrl"])
+def lane_names(settings: InfraSettings, lane: str) -> tuple[str, str]:
+    """The lane's (queue name, DLQ name); 400 for a lane this deployment does not have."""
+    if lane not in settings.lanes():
+        raise BadRequest(
+            f"lane: {lane!r} is not a lane here (lanes: {', '.join(settings.lanes())})"
+        )
+    return settings.lane_queues(lane)
+
+
+async def dlq_url(sqs: Any, settings: InfraSettings, lane: str = "normal") -> str:
+    name = lane_names(settings, lane)[1]
+    return str((await sqs.get_queue_url(QueueName=name))["QueueUrl"])
 
 
 async def listing(
-    session: AsyncSession, sqs: Any, settings: InfraSettings, limit: int
+    session: AsyncSession, sqs: Any, settings: InfraSettings, limit: int, lane: str = "normal"
 ) -> dict[str, Any]:
-    """Up to ``limit`` dead letters, oldest first as SQS hands them out, with their rows."""
-    url = await dlq_url(sqs, settings)
+    """Up to ``limit`` dead letters of a lane, oldest first as SQS hands them out, with their
+    rows."""
+    url = await dlq_url(sqs, settings, lane)
     letters = await _look(sqs, url, limit=limit)
     rows = await _rows(session, [le.transaction_id for le in letters if le.transaction_id])
     depth = (await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]))["Attributes"]
     return {
-        "queue": settings.dlq_name,
+        "queue": lane_names(settings, lane)[1],
         "depth": int(depth.get("ApproximateNumberOfMessages", 0))
         + int(depth.get("ApproximateNumberOfMessagesNotVisible", 0)),
         "messages": [_view(le, rows.get(le.transaction_id or "")) for le in letters],
@@ -61,14 +79,15 @@ async def listing(
 
 
 async def show(
-    session: AsyncSession, sqs: Any, settings: InfraSettings, ref: str
+    session: AsyncSession, sqs: Any, settings: InfraSettings, ref: str, lane: str = "normal"
 ) -> dict[str, Any]:
     """One dead letter, by its message id or its transaction's id, with the row's history."""
-    url = await dlq_url(sqs, settings)
+    url = await dlq_url(sqs, settings, lane)
     letters = await _look(sqs, url, enough=lambda le: ref in (le.message_id, le.transaction_id))
     found = [le for le in letters if ref in (le.message_id, le.transaction_id)]
     if not found:
-        raise NotFound(f"no message in {settings.dlq_name} with message or transaction id {ref}")
+        name = lane_names(settings, lane)[1]
+        raise NotFound(f"no message in {name} with message or transaction id {ref}")
     letter = found[0]
     view = _view(letter, None)
     view["body"] = letter.body
@@ -100,13 +119,29 @@ async def redrive(
     cache: StatusCache | None,
     refs: list[str] | None,
     by: str,
+    lane: str = "normal",
 ) -> dict[str, Any]:
     """Redrive the messages named by ``refs`` (message or transaction ids), or all of them
-    (None). Returns what was redriven and what was left, with why."""
-    url = await dlq_url(sqs, settings)
-    queue_url = str((await sqs.get_queue_url(QueueName=settings.queue_name))["QueueUrl"])
+    (None), from a lane's DLQ back to its queue. Returns what was redriven and what was left,
+    with why."""
+    url = await dlq_url(sqs, settings, lane)
+    queue_name = lane_names(settings, lane)[0]
+    queue_url = str((await sqs.get_queue_url(QueueName=queue_name))["QueueUrl"])
     wanted = set(refs or ())
     letters = await dlq.read(sqs, url, hold_s=300, wait_s=1)
+    if refs is None and letters and await _can_move(sqs, url):
+        try:
+            moved = await _redrive_by_move_task(sessions, sqs, cache, url, queue_url, letters)
+        except BaseException:
+            with contextlib.suppress(Exception):  # not hidden for minutes by a failed redrive
+                await dlq.reveal(sqs, url, letters)
+            raise
+        if moved is not None:
+            log.info(
+                "dlq.redrive",
+                extra={"by": by, "lane": lane, "redriven": len(moved), "how": "move task"},
+            )
+            return {"redriven": moved, "left": [], "how": "move task"}
     chosen = [le for le in letters if refs is None or {le.message_id, le.transaction_id} & wanted]
     others = [le for le in letters if le not in chosen]
     redriven: list[dict[str, Any]] = []
@@ -129,7 +164,9 @@ async def redrive(
         for start in range(0, len(ready), 10):
             batch = ready[start : start + 10]
             sent = await send_batch(
-                sqs, queue_url, [TransactionMessage.new(tx.id, tx.type) for _, tx in batch]
+                sqs,
+                queue_url,
+                [TransactionMessage.new(tx.id, tx.type, lane=lane) for _, tx in batch],
             )
             done = [letter for letter, tx in batch if tx.id in sent]
             await _delete(sqs, url, done)
@@ -157,8 +194,69 @@ async def redrive(
         {"messageId": None, "transactionId": None, "why": f"{ref}: not in the DLQ"}
         for ref in missing
     ]
-    log.info("dlq.redrive", extra={"by": by, "redriven": len(redriven), "left": len(left)})
-    return {"redriven": redriven, "left": left}
+    log.info(
+        "dlq.redrive",
+        extra={"by": by, "lane": lane, "redriven": len(redriven), "left": len(left)},
+    )
+    return {"redriven": redriven, "left": left, "how": "per message"}
+
+
+async def _arn(sqs: Any, url: str) -> str:
+    attributes = await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])
+    return str(attributes["Attributes"]["QueueArn"])
+
+
+async def _can_move(sqs: Any, dlq_url: str) -> bool:
+    """Whether the server has message move tasks (ministack and moto have not)."""
+    try:
+        await sqs.list_message_move_tasks(SourceArn=await _arn(sqs, dlq_url), MaxResults=1)
+    except Exception:
+        return False
+    return True
+
+
+async def _redrive_by_move_task(
+    sessions: async_sessionmaker[AsyncSession],
+    sqs: Any,
+    cache: StatusCache | None,
+    dlq_url: str,
+    queue_url: str,
+    letters: list[dlq.DeadLetter],
+    timeout_s: float = 120.0,
+) -> list[dict[str, Any]] | None:
+    """Every message of the DLQ back to the work queue by one StartMessageMoveTask, once each
+    row has been made ready. None (nothing moved; the messages still held by this redrive)
+    when one of them cannot be redriven: then the per-message path leaves it with its
+    reason."""
+    for letter in letters:
+        if letter.transaction_id is None:
+            return None
+        async with sessions() as session:
+            tx = await session.get(Transaction, letter.transaction_id)
+        if tx is None or is_terminal(tx.status):
+            return None
+    for letter in letters:
+        tx, _ = await _make_ready(sessions, cache, letter)
+        if tx is None:  # became final meanwhile: the per-message path says so
+            return None
+    # SQS moves only visible messages: show them again, then move them all.
+    await dlq.reveal(sqs, dlq_url, letters)
+    source = await _arn(sqs, dlq_url)
+    destination = await _arn(sqs, queue_url)
+    await sqs.start_message_move_task(SourceArn=source, DestinationArn=destination)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while True:
+        # A source queue has one move task at a time; the newest is listed first.
+        task = (await sqs.list_message_move_tasks(SourceArn=source, MaxResults=1))["Results"][0]
+        if task["Status"] == "COMPLETED":
+            break
+        if task["Status"] in ("FAILED", "CANCELLED"):
+            why = task.get("FailureReason") or "no reason given"
+            raise Unavailable(f"the DLQ move task ended {task['Status']}: {why}")
+        if asyncio.get_running_loop().time() > deadline:
+            raise Unavailable("the DLQ move task did not complete in time; it goes on in SQS")
+        await asyncio.sleep(0.5)
+    return [{"messageId": le.message_id, "transactionId": le.transaction_id} for le in letters]
 
 
 async def _make_ready(
@@ -195,11 +293,15 @@ async def _delete(sqs: Any, url: str, letters: list[dlq.DeadLetter]) -> None:
         )
 
 
-async def purge(sqs: Any, settings: InfraSettings, confirm: str | None) -> int:
-    """Delete every message of the DLQ; ``confirm`` must name it. Returns how many it held."""
-    if confirm != settings.dlq_name:
-        raise BadRequest(f"confirm: name the queue to purge ({settings.dlq_name})")
-    url = await dlq_url(sqs, settings)
+async def purge(
+    sqs: Any, settings: InfraSettings, confirm: str | None, lane: str = "normal"
+) -> int:
+    """Delete every message of a lane's DLQ; ``confirm`` must name it. Returns how many it
+    held."""
+    name = lane_names(settings, lane)[1]
+    if confirm != name:
+        raise BadRequest(f"confirm: name the queue to purge ({name})")
+    url = await dlq_url(sqs, settings, lane)
     depth = (await sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"]))["Attributes"]
     held = int(depth.get("ApproximateNumberOfMessages", 0)) + int(
         depth.get("ApproximateNumberOfMessagesNotVisible", 0)

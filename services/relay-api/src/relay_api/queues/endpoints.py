@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 
@@ -24,8 +24,12 @@ from relay_core.errors import BadRequest
 
 router = APIRouter(prefix="/api/v1/admin/queues", tags=["admin"])
 
-Lane = Annotated[str, Path(min_length=1, max_length=32, description="a lane: normal")]
+# Every lane that can exist; one not deployed here (the fast lane switched off) is a 400.
+LaneName = Literal["normal", "fast"]
+Lane = Annotated[LaneName, Path(description="a lane: fast or normal")]
+LaneQuery = Annotated[LaneName, Query(description="whose DLQ: normal (default) or fast")]
 NOTES = {403: "The key is not an admin key"}
+NO_LANE = "The lane is not deployed here (the fast lane switched off)"
 
 
 @router.get(
@@ -44,7 +48,7 @@ async def queues(caller: CallerDep, uow: UowDep, runtime: RuntimeDep) -> Json:
 @router.patch(
     "/{lane}",
     response_model=QueuesView,
-    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={**NOTES, 400: "No such lane"}),
+    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={**NOTES, 400: NO_LANE}),
     dependencies=[JsonBody],
     operation_id="switchLane",
 )
@@ -65,7 +69,7 @@ dlq_router = APIRouter(prefix="/api/v1/admin/dlq", tags=["admin"])
 @dlq_router.get(
     "",
     response_model=DeadLetters,
-    responses=errors(*AUTHENTICATED, 422, notes=NOTES),
+    responses=errors(*AUTHENTICATED, 422, notes={**NOTES, 400: NO_LANE}),
     operation_id="listDeadLetters",
 )
 async def dead_letters(
@@ -73,18 +77,21 @@ async def dead_letters(
     uow: UowDep,
     runtime: RuntimeDep,
     limit: Annotated[int, Query(ge=1, le=1000, description="most messages to read")] = 100,
+    lane: LaneQuery = "normal",
 ) -> Json:
-    """The DLQ's messages, each with its reason and its transaction's row (``relay dlq
+    """A lane's DLQ messages, each with its reason and its transaction's row (``relay dlq
     list``). Reading takes nothing from the queue."""
     require_admin(caller)
-    return Json(await dlq.listing(uow.session, runtime.queue.sqs, runtime.settings, limit))
+    return Json(await dlq.listing(uow.session, runtime.queue.sqs, runtime.settings, limit, lane))
 
 
 @dlq_router.get(
     "/{ref}",
     response_model=DeadLetterView,
     responses=errors(
-        *AUTHENTICATED, 422, notes={**NOTES, 404: "No such message or transaction in the DLQ"}
+        *AUTHENTICATED,
+        422,
+        notes={**NOTES, 400: NO_LANE, 404: "No such message or transaction in the DLQ"},
     ),
     operation_id="getDeadLetter",
 )
@@ -93,21 +100,24 @@ async def dead_letter(
     caller: CallerDep,
     uow: UowDep,
     runtime: RuntimeDep,
+    lane: LaneQuery = "normal",
 ) -> Json:
     """One dead letter, with the body as sent and its row's history (``relay dlq show``)."""
     require_admin(caller)
-    return Json(await dlq.show(uow.session, runtime.queue.sqs, runtime.settings, ref))
+    return Json(await dlq.show(uow.session, runtime.queue.sqs, runtime.settings, ref, lane))
 
 
 @dlq_router.post(
     "/redrive",
     response_model=RedriveResult,
-    responses=errors(*AUTHENTICATED, *WITH_BODY, notes={**NOTES, 400: "Neither messages nor all"}),
+    responses=errors(
+        *AUTHENTICATED, *WITH_BODY, notes={**NOTES, 400: f"Neither messages nor all, or: {NO_LANE}"}
+    ),
     dependencies=[JsonBody],
     operation_id="redriveDeadLetters",
 )
 async def redrive_dead_letters(
-    body: RedriveRequest, caller: CallerDep, runtime: RuntimeDep
+    body: RedriveRequest, caller: CallerDep, runtime: RuntimeDep, lane: LaneQuery = "normal"
 ) -> Json:
     """Send the chosen messages' transactions back to the work queue, each exactly once, their
     rows made ready for the consumer to decide afresh (``relay dlq redrive``; docs/runbook.md
@@ -123,6 +133,7 @@ async def redrive_dead_letters(
             runtime.cache,
             body.messages,
             by=caller.name,
+            lane=lane,
         )
     )
 
@@ -130,15 +141,18 @@ async def redrive_dead_letters(
 @dlq_router.delete(
     "",
     response_model=Purged,
-    responses=errors(*AUTHENTICATED, 422, notes={**NOTES, 400: "confirm does not name the DLQ"}),
+    responses=errors(
+        *AUTHENTICATED, 422, notes={**NOTES, 400: f"confirm does not name the DLQ, or: {NO_LANE}"}
+    ),
     operation_id="purgeDeadLetters",
 )
 async def purge_dead_letters(
     caller: CallerDep,
     runtime: RuntimeDep,
     confirm: Annotated[str | None, Query(max_length=100, description="the DLQ's name")] = None,
+    lane: LaneQuery = "normal",
 ) -> Json:
     """Delete every message of the DLQ (``relay dlq purge``); ``confirm`` must name it. Rows
     are not touched: those still waiting are found by the reconciler and enqueued again."""
     require_admin(caller)
-    return Json({"purged": await dlq.purge(runtime.queue.sqs, runtime.settings, confirm)})
+    return Json({"purged": await dlq.purge(runtime.queue.sqs, runtime.settings, confirm, lane)})

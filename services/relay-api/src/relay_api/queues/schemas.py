@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 
 class LaneChange(BaseModel):
@@ -96,7 +96,7 @@ class RedriveRequest(BaseModel):
     messages: list[str] | None = Field(
         None, max_length=10_000, description="message or transaction ids; null: every message"
     )
-    all: bool = Field(False, description="must be true when messages is null")
+    all: StrictBool = Field(False, description="must be true when messages is null")
 
 
 class RedriveItem(BaseModel):
@@ -108,3 +108,7 @@ class RedriveItem(BaseModel):
 class RedriveResult(BaseModel):
     redriven: list[RedriveItem]
     left: list[RedriveItem] = Field(description="left in the DLQ, each with why")
+    how: Literal["move task", "per message"] = Field(
+        description="move task: one SQS StartMessageMoveTask (where the server has it and "
+        "every message could go); per message: receive, send, delete"
+    )

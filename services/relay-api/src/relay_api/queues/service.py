@@ -13,7 +13,7 @@ from relay_core.settings import InfraSettings
 
 async def status(session: AsyncSession, sqs: Any, settings: InfraSettings) -> dict[str, Any]:
     """Each lane's switch, each consumer's report, and the queues' depths."""
-    view = await controls.overview(session)
+    view = await controls.overview(session, settings.lanes())
     view["depths"] = await queue.depths(sqs, settings)
     return view
 

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
 
+from relay_api import metrics
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay import service
@@ -41,7 +43,9 @@ SUBMIT_ERRORS = errors(*AUTHENTICATED, *WITH_BODY, notes=SUBMIT_ERRORS_NOTES)
 GASLESS_OFF = {404: "Gasless relaying is not enabled on this deployment"}
 
 
-def _accepted(result: service.Accepted) -> Json:
+def _accepted(result: service.Accepted, kind: str, started: float) -> Json:
+    outcome = "replayed" if result.replayed else "accepted"
+    metrics.ACCEPT_SECONDS.observe(kind, outcome, time.perf_counter() - started)
     headers = {"Location": f"/api/v1/relay/status/{result.transaction_id}"}
     if result.replayed:
         headers["Idempotent-Replayed"] = "true"
@@ -65,9 +69,10 @@ async def submit_direct(
     """Accept a transaction to send as is. Answers 202 once the request is durable."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
+    started = time.perf_counter()
     async with unit_of_work(runtime) as uow:
         accepted = await service.accept(uow, caller, new, key, runtime.budgets)
-    return _accepted(accepted)
+    return _accepted(accepted, "direct", started)
 
 
 @router.post(
@@ -89,10 +94,11 @@ async def submit_gasless(
     nonce of ``GET /relay/gasless/nonce/{address}`` (then the next ones)."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_gasless(body, runtime.settings)
+    started = time.perf_counter()
     await service.check_nonce_unused(runtime.rpc, service.gasless_domain(runtime.settings), new)
     async with unit_of_work(runtime) as uow:
         accepted = await service.accept(uow, caller, new, key, runtime.budgets)
-    return _accepted(accepted)
+    return _accepted(accepted, "gasless", started)
 
 
 @router.get(
@@ -145,6 +151,7 @@ async def get_status(
 ) -> Json:
     """Status from Redis, else MySQL (which backfills Redis), refreshed from the executor when
     it is not final and not fresh. ``X-Cache`` names the tier: hit, miss or upstream."""
+    started = time.perf_counter()
     async with unit_of_work(runtime) as uow:
         entry = await service.cached_status(runtime.cache, caller, str(transaction_id))
         tier = "hit"
@@ -152,6 +159,7 @@ async def get_status(
             entry, tier = await service.status(
                 uow.session, runtime.cache, runtime.refresher, caller, str(transaction_id)
             )
+    metrics.STATUS_SECONDS.observe(tier, time.perf_counter() - started)
     return Json(service.public(entry), headers={"X-Cache": tier})
 
 

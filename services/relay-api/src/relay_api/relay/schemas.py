@@ -109,7 +109,11 @@ class DirectRequest(_Strict):
     data: HexData = Field("0x", description='calldata, even-length hex; "0x" for a transfer')
     value: Uint256 = Field("0", description="wei as a decimal string")
     gas_limit: Uint256 | None = Field(None, alias="gasLimit", description="decimal string")
-    speed: Speed = Speed.fast
+    speed: Speed = Field(
+        Speed.fast,
+        description="gas price speed for the executor (default fast). Asking for fast or "
+        "fastest also puts the transaction in the fast lane, received before the normal one",
+    )
     valid_until: StrictStr | None = Field(
         None, alias="validUntil", description="RFC 3339 time in the future"
     )

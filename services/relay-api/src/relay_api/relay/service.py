@@ -23,9 +23,9 @@ from relay_api import metrics
 from relay_api.auth.service import Caller
 from relay_api.relay import repository
 from relay_api.relay.refresh import Refresher
-from relay_api.relay.schemas import DirectRequest, GaslessRequest, parse_rfc3339
+from relay_api.relay.schemas import DirectRequest, GaslessRequest, Speed, parse_rfc3339
 from relay_api.settings import ApiSettings
-from relay_core import ethereum, evm, jsonutil, policy
+from relay_core import ethereum, evm, jsonutil, policy, tracing
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, Conflict, NotFound, Unavailable
@@ -66,6 +66,12 @@ class NewTransaction:
     valid_until: datetime | None
     inflight_key: str | None = None
     callback_url: str | None = None
+    lane: str = "normal"
+
+
+# The speeds that ask for the fast lane; without `speed`, a request keeps the normal lane (and
+# is executed at the executor's default, fast).
+FAST_SPEEDS = frozenset({Speed.fast, Speed.fastest})
 
 
 def check_idempotency_key(key: str | None) -> str | None:
@@ -109,11 +115,13 @@ def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction
             raise BadRequest(f"validUntil: {exc}") from exc
         valid_until = _check_window("validUntil", parsed, settings)
     request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
+    asked_fast = "speed" in body.model_fields_set and body.speed in FAST_SPEEDS
     return NewTransaction(
         type=TxType.direct,
         request=request,
         valid_until=valid_until,
         callback_url=check_callback_url("callbackUrl", body.callback_url, settings),
+        lane="fast" if asked_fast and settings.fast_lane else "normal",
     )
 
 
@@ -267,6 +275,7 @@ async def accept(
         inflight_key=new.inflight_key,
         valid_until=new.valid_until,
         callback_url=new.callback_url or caller.callback_url,
+        lane=new.lane,
         created_at=now,
         updated_at=now,
     )
@@ -278,8 +287,8 @@ async def accept(
         give_back()
         uow.on_rollback.remove(give_back)
         return await _resolve_duplicate(session, caller, new, idempotency_key, fingerprint)
-    uow.outbox.append(TransactionMessage.new(tx.id, new.type))
-    metrics.ACCEPTED.labels(new.type.value).inc()
+    uow.outbox.append(TransactionMessage.new(tx.id, new.type, tracing.current(), new.lane))
+    metrics.ACCEPTED.inc(new.type.value, new.lane)
     return Accepted(transaction_id=tx.id, created_at=rfc3339(now) or "", replayed=False)
 
 
@@ -326,7 +335,6 @@ async def cached_status(
         return None
     _, entry = cached
     _check_owner(caller, entry["clientId"])
-    metrics.STATUS_READS.labels("hit").inc()
     return entry
 
 
@@ -345,19 +353,16 @@ async def status(
         if caller.is_admin and refresher is not None:
             found = await refresher.lookup(transaction_id)
             if found is not None:
-                metrics.STATUS_READS.labels("upstream").inc()
                 return executor_entry(found), "upstream"
         raise NotFound("no transaction with this id")
     _check_owner(caller, tx.client_id)
     if refresher is not None and refresher.due(tx):
         refreshed = await refresher.refresh(tx)
         if refreshed is not None:
-            metrics.STATUS_READS.labels("upstream").inc()
             return status_entry(refreshed), "upstream"
     entry = status_entry(tx)
     if cache is not None:
         await cache.put_quietly(tx.id, tx.version, entry, terminal=is_terminal(tx.status))
-    metrics.STATUS_READS.labels("miss").inc()
     return entry, "miss"
 
 
