@@ -1,5 +1,5 @@
 """The fast lane: its messages are received and given room before the normal lane's, and the
-normal lane keeps its share however busy the fast one is (``worker.Capacity``)."""
+normal lane keeps its share however busy the fast one is (``lanes.Capacity``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from typing import Any
 
 from consumer_testkit import rows, seed_rows, send_messages, wait_until
 
-from queue_consumer.worker import Capacity, Consumer
+from queue_consumer.lanes import Capacity
+from queue_consumer.worker import Consumer
 from relay_core import queue as queue_mod
 from relay_core.settings import InfraSettings
 

@@ -12,9 +12,9 @@ import pytest
 from consumer_testkit import seed_rows
 from sqlalchemy import event, func, select
 
+from queue_consumer.lanes import Capacity
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
-from queue_consumer.worker import Capacity
 from relay_core.cache import StatusCache, connect
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import Transaction, TransactionEvent

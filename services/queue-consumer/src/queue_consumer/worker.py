@@ -1,8 +1,9 @@
-"""The SQS side: pollers, a cap on work in flight, per-message timeouts, visibility
-heartbeats, batched deletes, the housekeeping loops (reaper, reconciler, tracker, notifier, the
-operator's switch), and a graceful drain on SIGTERM. The pollers ask the executor circuit
-before they receive (``circuit.py``): while it is open, messages wait in SQS; and so they do
-while an operator has paused the lane (``relay_core.controls``)."""
+"""The SQS side: a poll loop per lane, per-message timeouts, visibility heartbeats, the
+housekeeping loops (reaper, reconciler, tracker, notifier, the operator's switch), and a
+graceful drain on SIGTERM. Around it, each in its own module: the lanes, their batched deletes
+and the room they share (``lanes.py``), the executor circuit the pollers ask before they
+receive (``circuit.py``: while it is open, messages wait in SQS), and the operator's switch
+(``switch.py``: paused, a lane receives nothing)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import contextlib
 import functools
 import logging
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,106 +22,19 @@ import sqlalchemy.exc
 
 from queue_consumer import metrics
 from queue_consumer.circuit import CircuitBreaker
+from queue_consumer.lanes import Capacity, Deleter, Lane
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
+from queue_consumer.switch import Switch
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
-from relay_core import controls, tracing
-from relay_core.db.models import Transaction, utcnow
+from relay_core import tracing
+from relay_core.db.models import Transaction
 from relay_core.queue import PoisonMessage, TransactionMessage, trace_attributes
 from relay_core.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(eq=False)
-class _Waiter:
-    want: int
-    urgent: bool
-    granted: asyncio.Future[None]
-
-
-class Capacity:
-    """How many messages may be in flight; pollers ask for room before receiving.
-
-    A poller waits for room for a whole batch (``most``, or its share of the limit if that is
-    smaller) rather than receiving as soon as one slot frees: one ReceiveMessage per message
-    would cost an SQS call (and its client CPU) per message instead of one per ten. With a
-    small limit the share keeps one slow message from holding up every poller.
-
-    Room is given in turn, with one exception: an *urgent* request (the fast lane's, made for
-    messages it has already received) goes before the normal ones, but after ``fair_every``
-    normal shares' worth of urgent messages in a row while a normal request waits (rounded up
-    to a whole fast batch of at most 10), that one goes first: with the default share (64) the
-    normal lane keeps about ``1 / (fair_every + 1)`` of the messages however busy the fast
-    lane is.
-
-    ``headroom`` room is kept for urgent requests: normal ones are given room only up to
-    ``limit - headroom``. The normal pollers hold their room while they long-poll, so without
-    it an idle consumer would make a fast message wait for a long poll to end.
-    """
-
-    def __init__(
-        self, limit: int, pollers: int = 1, fair_every: int = 4, headroom: int = 0
-    ) -> None:
-        self.limit = limit
-        self.headroom = min(headroom, limit // 2)
-        self._share = max(1, (limit - self.headroom) // max(1, pollers))
-        self.in_flight = 0
-        self._waiting: deque[_Waiter] = deque()
-        self._fair_every = fair_every
-        self._urgent_run = 0  # urgent grants in a row while a normal request waited
-
-    async def reserve(self, most: int, *, urgent: bool = False) -> int:
-        want = min(most, self.limit if urgent else self._share)
-        if not self._waiting and self._room(urgent) >= want:
-            self.in_flight += want
-            return want
-        waiter = _Waiter(want, urgent, asyncio.get_running_loop().create_future())
-        self._waiting.append(waiter)
-        self._grant()
-        try:
-            await waiter.granted
-        except asyncio.CancelledError:
-            if waiter.granted.done() and not waiter.granted.cancelled():
-                await self.release(want)  # granted as it was cancelled: give the room back
-            else:
-                self._waiting.remove(waiter)
-                self._grant()
-            raise
-        return want
-
-    async def release(self, count: int = 1) -> None:
-        self.in_flight -= count
-        self._grant()
-
-    def _room(self, urgent: bool) -> int:
-        return self.limit - self.in_flight - (0 if urgent else self.headroom)
-
-    def _grant(self) -> None:
-        while self._waiting:
-            waiter = self._next()
-            if self._room(waiter.urgent) < waiter.want:
-                return
-            normal_waits = any(not w.urgent for w in self._waiting if w is not waiter)
-            self._waiting.remove(waiter)
-            self.in_flight += waiter.want
-            # counted in messages: the normal lane gets its share after at most
-            # fair_every shares' worth of the fast lane's
-            self._urgent_run = (
-                self._urgent_run + waiter.want if waiter.urgent and normal_waits else 0
-            )
-            waiter.granted.set_result(None)
-
-    def _next(self) -> _Waiter:
-        urgent = next((w for w in self._waiting if w.urgent), None)
-        normal = next((w for w in self._waiting if not w.urgent), None)
-        fair = self._fair_every * self._share
-        if urgent is not None and (normal is None or self._urgent_run < fair):
-            return urgent
-        assert normal is not None
-        return normal
 
 
 @dataclass
@@ -130,79 +44,6 @@ class Stats:
 
     def summary(self) -> dict[str, Any]:
         return {"uptime_s": round(time.monotonic() - self.started, 1), **dict(self.counts)}
-
-
-class Deleter:
-    """Collects receipt handles and deletes them with DeleteMessageBatch (10 per call)."""
-
-    def __init__(self, sqs: Any, queue_url: str) -> None:
-        self._sqs = sqs
-        self._queue_url = queue_url
-        self._pending: asyncio.Queue[str] = asyncio.Queue()
-        self._task: asyncio.Task[None] | None = None
-
-    def add(self, receipt_handle: str) -> None:
-        self._pending.put_nowait(receipt_handle)
-
-    def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="sqs-deleter")
-
-    async def _run(self) -> None:
-        while True:
-            batch = [await self._pending.get()]
-            await asyncio.sleep(0.005)  # let a few more finish so one call deletes them all
-            while len(batch) < 10 and not self._pending.empty():
-                batch.append(self._pending.get_nowait())
-            try:
-                await self._flush(batch)
-            finally:
-                for _ in batch:
-                    self._pending.task_done()
-
-    async def _flush(self, batch: list[str]) -> None:
-        entries = [{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(batch)]
-        try:
-            response = await self._sqs.delete_message_batch(
-                QueueUrl=self._queue_url, Entries=entries
-            )
-            failed = response.get("Failed", [])
-        except Exception as exc:
-            failed = entries
-            log.warning("consumer.delete_failed", extra={"count": len(batch), "error": str(exc)})
-        if failed:
-            # The message will come back; the row already says it is done, so it is dropped then.
-            log.warning("consumer.delete_incomplete", extra={"count": len(failed)})
-
-    async def stop(self, timeout_s: float = 10.0) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._pending.join(), timeout_s)
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-
-
-@dataclass(eq=False)
-class Lane:
-    """One lane of work as a consumer serves it: its queue and DLQ, its batched deletes, and
-    the operator's switch for it (``relay_core.controls``)."""
-
-    name: str
-    queue_url: str
-    dlq_url: str
-    deleter: Deleter
-    pollers: int
-    receiving: asyncio.Event = field(default_factory=asyncio.Event)
-    state: controls.LaneState = controls.LaneState.running
-    parked: int = 0  # pollers waiting for the switch
-    quiet: bool = False  # the last receive found the queue empty
-    work: set[asyncio.Task[None]] = field(default_factory=set)
-    received: int = 0
-
-    @property
-    def urgent(self) -> bool:
-        """The fast lane's pollers receive first and are given room before the others."""
-        return self.name == "fast"
 
 
 class Consumer:
@@ -255,7 +96,13 @@ class Consumer:
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
-        self._started_at = utcnow()
+        self.switch = Switch(
+            self.lanes,
+            processor.sessions,
+            sqs,
+            settings.consumer_id,
+            circuit=lambda: self.breaker.state.value,
+        )
         metrics.watch(lambda: len(self._work), lambda: self.breaker.state.value)
 
     def lane(self, name: str) -> Lane:
@@ -271,7 +118,7 @@ class Consumer:
         # A consumer started while a lane is paused (a deploy, autoscaling) must not receive
         # from it before it has read the switch.
         with contextlib.suppress(Exception):
-            await self._follow_switch()
+            await self.switch.follow()
         pollers = [
             asyncio.create_task(self._poll(lane, i), name=f"poller-{lane.name}-{i}")
             for lane in self.lanes
@@ -280,7 +127,9 @@ class Consumer:
         housekeeping = [
             asyncio.create_task(self._reaper(), name="reaper"),
             asyncio.create_task(self._heartbeat_file(), name="heartbeat-file"),
-            asyncio.create_task(self._watch_switch(), name="switch"),
+            asyncio.create_task(
+                self.switch.watch(self.settings.consumer_control_interval_s), name="switch"
+            ),
         ]
         if self.tracker is not None:
             housekeeping.append(
@@ -315,7 +164,7 @@ class Consumer:
         for lane in self.lanes:
             await lane.deleter.stop()
         with contextlib.suppress(Exception):
-            await self._report(stopped=True)
+            await self.switch.report(stopped=True)
         summary = self.stats.summary() | {
             "abandoned": abandoned,
             "circuitOpened": self.breaker.opened,
@@ -678,71 +527,6 @@ class Consumer:
             if not done:
                 await asyncio.sleep(interval_s)
 
-    async def _watch_switch(self) -> None:
-        """Every few seconds: read the lane's switch, obey it, and report (``run`` read it
-        once before the pollers started)."""
-        while True:
-            await asyncio.sleep(self.settings.consumer_control_interval_s)
-            try:
-                await self._follow_switch()
-            except Exception as exc:  # the database is down: keep doing what we were doing
-                log.warning("consumer.switch.failed", extra={"error": str(exc)[:200]})
-
-    async def _follow_switch(self) -> None:
-        async with self.processor.sessions() as session:
-            states = await controls.lane_states(session)
-        for lane in self.lanes:
-            state = states.get(lane.name, controls.LaneState.running)
-            if state is not lane.state:
-                log.info("consumer.switch", extra={"lane": lane.name, "state": state.value})
-                lane.state = state
-            if state is controls.LaneState.paused:
-                lane.receiving.clear()
-            else:
-                lane.receiving.set()
-            metrics.LANE_RECEIVING.labels(lane.name).set(float(lane.receiving.is_set()))
-            if state is controls.LaneState.draining and await self._drained(lane):
-                async with self.processor.sessions() as session, session.begin():
-                    if await controls.finish_drain(session, lane.name, self.settings.consumer_id):
-                        log.info("consumer.drained", extra={"lane": lane.name})
-        await self._report()
-
-    def _state(self, lane: Lane) -> str:
-        if lane.receiving.is_set():
-            return "running"
-        busy = lane.work or lane.parked < lane.pollers
-        return "pausing" if busy else "paused"
-
-    async def _drained(self, lane: Lane) -> bool:
-        """Nothing held here, the last receive came back empty, and SQS agrees: nothing
-        visible, in flight elsewhere or delayed."""
-        if lane.work or not lane.quiet:
-            return False
-        response = await self.sqs.get_queue_attributes(
-            QueueUrl=lane.queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )
-        return not any(int(v) for v in response.get("Attributes", {}).values())
-
-    async def _report(self, *, stopped: bool = False) -> None:
-        """This consumer's report, one per lane it serves."""
-        async with self.processor.sessions() as session, session.begin():
-            for lane in self.lanes:
-                mine = controls.Report(
-                    consumer_id=self.settings.consumer_id,
-                    lane=lane.name,
-                    state="stopped" if stopped else self._state(lane),
-                    in_flight=len(lane.work),
-                    received=lane.received,
-                    circuit=self.breaker.state.value,
-                    started_at=self._started_at,
-                )
-                await controls.report(session, mine)
-
     async def _heartbeat_file(self) -> None:
         """Every 5 s the heartbeat file (``queue-consumer --check``); every 30 s a
         ``consumer.heartbeat`` log line, which infra/ turns into CloudWatch metrics (a consumer
@@ -757,7 +541,7 @@ class Consumer:
                     "consumer.heartbeat",
                     extra={
                         "consumer": self.settings.consumer_id,
-                        "lanes": {lane.name: self._state(lane) for lane in self.lanes},
+                        "lanes": {lane.name: self.switch.state(lane) for lane in self.lanes},
                         "circuit": self.breaker.state.value,
                         "inFlight": len(self._work),
                         "received": self.stats.counts["received"],
