@@ -24,9 +24,16 @@ from pathlib import Path
 
 
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A loopback port free now, and not the one the API is about to take (``PORT``): `make
+    run` starts SQS, the chain and the executor on free ports before the API binds its own,
+    and one of them landing on it would leave the API unable to start."""
+    reserved = os.environ.get("PORT", "")
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if str(port) != reserved:
+            return port
 
 
 def repo_root() -> Path:
