@@ -1,7 +1,8 @@
-"""A real chain under the whole system: anvil with the forwarder and the recipient deployed,
-the relayer-stub in chain mode (signing and broadcasting with the dev relayer key), and, for
-each test, the API and a consumer as processes on the test's own database, queues and Redis
-prefix."""
+"""A real chain under the whole system, for the chain tests (tests/chain) and the client's
+(tests/client): anvil with the forwarder and the recipient deployed, the relayer-stub in chain
+mode (signing and broadcasting with the dev relayer key), and, for each test, the API and a
+consumer as processes on the test's own database, queues and Redis prefix. Each fixture
+starts only when a test asks for it."""
 
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ class ChainStack:
     api_url: str
     api_key: str
     database_url: str
+    env: dict[str, str]  # the processes' environment (for `relay` commands)
 
     def client(self) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -100,6 +102,8 @@ async def stack(
         RELAY_CONSUMER_NONCE_POLL_S="0.3",
         RELAY_CONSUMER_WAIT_TIME_S="1",
         RELAY_CONSUMER_HEARTBEAT_FILE=str(tmp_path / "heartbeat"),
+        # a test's callback receiver listens on 127.0.0.1, allowed here on purpose
+        RELAY_CALLBACK_ALLOW_LOOPBACK="true",
         PORT=str(api_port),
     )
     # twenty transactions polled five times a second each: above the default rate limit
@@ -114,7 +118,9 @@ async def stack(
                     )
                 )
             wait_http(f"{api_url}/health", processes[0])
-            yield ChainStack(anvil, deployment, chain_stub, api_url, key, infra_env["database_url"])
+            yield ChainStack(
+                anvil, deployment, chain_stub, api_url, key, infra_env["database_url"], env
+            )
         finally:
             for process in processes:
                 process.terminate()
