@@ -64,9 +64,10 @@ class InfraSettings(BaseSettings):
         description="dev | test | production; dev-only conveniences are refused in production",
     )
     database_url: str = Field(
-        "sqlite:///./relay.db",
+        "sqlite:///.relay/relay.db",
         validation_alias=env("DATABASE_URL", "RELAY_DATABASE_URL"),
-        description="SQLAlchemy URL: mysql://user:pass@host:3306/relay or sqlite:///path.db",
+        description="SQLAlchemy URL: mysql://user:pass@host:3306/relay or sqlite:///path.db "
+        "(the default is the file `make run` keeps, so `relay` commands beside it find it)",
     )
     database_pool_size: int = Field(
         10, ge=1, le=200, description="connections per process, the most it opens (no overflow)"

@@ -35,6 +35,15 @@ import sys
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+from relay_api import txcli
+from relay_api.exitcodes import (
+    EXIT_LEFT,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TIMEOUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+)
 from relay_api.limits.service import MIN_RATE_PER_S
 from relay_api.settings import ApiSettings
 from relay_core.logs import configure_logging
@@ -51,8 +60,10 @@ def migrate(database_url: str) -> None:
     from alembic import command
     from alembic.config import Config
 
+    from relay_core.db.engine import ensure_sqlite_directory
     from relay_core.settings import async_database_url
 
+    ensure_sqlite_directory(database_url)
     config = Config()
     config.set_main_option("script_location", "relay_core:migrations")
     config.attributes["database_url"] = async_database_url(database_url)
@@ -102,7 +113,7 @@ async def _keys_revoke(settings: ApiSettings, client_id: str) -> int:
     finally:
         await engine.dispose()
     _out(f"client {client_id} revoked" if revoked else f"no active client {client_id}")
-    return 0 if revoked else 1
+    return EXIT_OK if revoked else EXIT_NOT_FOUND
 
 
 async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
@@ -128,7 +139,7 @@ async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
                 _show_client(await service.view(session, client, settings))
             except RelayError as exc:
                 _err(exc.detail)
-                return 1 if exc.status_code == 404 else 2
+                return EXIT_NOT_FOUND if exc.status_code == 404 else EXIT_USAGE
     finally:
         await engine.dispose()
     return 0
@@ -230,10 +241,10 @@ async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
                     await service.switch(session, args.lane, state, "relay cli", args.reason)
             except RelayError as exc:
                 _err(exc.detail)
-                return 2
+                return EXIT_USAGE
             _out(f"lane {args.lane}: {state.value}")
             if args.wait and not await _wait_for_consumers(sessions, args.lane, state):
-                return 3
+                return EXIT_TIMEOUT
         async with sessions() as session:
             view = await service.status(session, sqs, settings)
     if getattr(args, "json", False):
@@ -265,7 +276,7 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
                     view = await dlq.listing(session, sqs, settings, args.limit, args.lane)
         except RelayError as exc:
             _err(exc.detail)
-            return 1 if exc.status_code == 404 else 2
+            return EXIT_NOT_FOUND if exc.status_code == 404 else EXIT_USAGE
     if args.json:
         _out(jsonutil.dumps(view))
     elif args.action == "show":
@@ -283,7 +294,7 @@ async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argpars
 
     if bool(args.all) == bool(args.refs):
         _err("name the messages (message or transaction ids) or say --all")
-        return 2
+        return EXIT_USAGE
     redis = (
         cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
         if settings.redis_url
@@ -301,7 +312,7 @@ async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argpars
     _out(f"redriven {len(result['redriven'])}, left {len(result['left'])} ({result['how']})")
     for item in result["left"]:
         _out(f"  left {item['messageId'] or '-'}  tx {item['transactionId'] or '-'}: {item['why']}")
-    return 0 if not result["left"] else 4
+    return EXIT_OK if not result["left"] else EXIT_LEFT
 
 
 def _ask_queue_name(name: str) -> str | None:
@@ -585,16 +596,50 @@ def build_parser() -> argparse.ArgumentParser:
 
     sub.add_parser("serve", help="run the API server")
     sub.add_parser("dev", help="run the whole system locally (make run)")
+    txcli.add_parser(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "tx":
+        return txcli.run(args)
     if args.command == "dev":
         from relay_api.devserver import run
 
         return run()
     settings = ApiSettings()
+    try:
+        return _command(args, settings)
+    except Exception as exc:
+        code = _failure(exc, settings)
+        if code is None:
+            raise
+        return code
+
+
+def _failure(exc: Exception, settings: ApiSettings) -> int | None:
+    """The exit code and a plain message for what an operator can fix (a database or SQS
+    out of reach, a database without its schema); None for a bug, which keeps its traceback."""
+    from botocore.exceptions import BotoCoreError
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import DBAPIError
+
+    where = make_url(settings.database_url).render_as_string(hide_password=True)
+    if isinstance(exc, DBAPIError):
+        text = str(exc.orig)
+        if "no such table" in text or "doesn't exist" in text:
+            _err(f"the database at {where} has no schema yet: run `relay db upgrade` first")
+            return EXIT_USAGE
+        _err(f"cannot use the database at {where} (DATABASE_URL): {text[:300]}")
+        return EXIT_UNREACHABLE
+    if isinstance(exc, BotoCoreError | OSError):
+        _err(f"cannot reach SQS or the database: {str(exc)[:300]}")
+        return EXIT_UNREACHABLE
+    return None
+
+
+def _command(args: argparse.Namespace, settings: ApiSettings) -> int:
     if args.command == "serve":
         serve(settings)
         return 0
@@ -628,7 +673,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 2
 
 
-def serve_main() -> None:
+def serve_main(argv: Sequence[str] | None = None) -> None:
+    """``relay-api``: the API server alone (what the container runs); ``relay serve`` too."""
+    argparse.ArgumentParser(
+        prog="relay-api",
+        description="Run the Relay HTTP API (uvicorn, one worker) on HOST:PORT "
+        "(127.0.0.1:8000). Configured by the environment: docs/configuration.md.",
+    ).parse_args(argv)
     serve(ApiSettings())
 
 

@@ -3,8 +3,10 @@ in-flight requests get ``STUB_GRACEFUL_SHUTDOWN_S``, then the ledger is flushed 
 
 from __future__ import annotations
 
+import argparse
 import signal
 import sys
+from collections.abc import Sequence
 from types import FrameType
 
 from pydantic import ValidationError
@@ -18,7 +20,13 @@ def _stopped_by(sig: int, _: FrameType | None) -> None:
     that is a no-op, so a SIGTERM or Ctrl-C ends the process with status 0."""
 
 
-def main() -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argparse.ArgumentParser(
+        prog="relayer-stub",
+        description="Run the relayer-stub: an executor speaking the OpenZeppelin Relayer API "
+        "for development and tests, on STUB_HOST:STUB_PORT (127.0.0.1:8080). Configured by "
+        "STUB_* variables (services/relayer-stub/README.md); exits 2 on invalid settings.",
+    ).parse_args(argv)
     try:
         settings = StubSettings()
     except ValidationError as exc:

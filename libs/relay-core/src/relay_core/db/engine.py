@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import event
@@ -19,9 +20,17 @@ from relay_core import jsonutil
 from relay_core.settings import InfraSettings
 
 
+def ensure_sqlite_directory(database_url: str) -> None:
+    """A SQLite file's directory is made if missing (``.relay/`` on a fresh checkout)."""
+    url = make_url(database_url)
+    if url.get_backend_name() == "sqlite" and url.database and url.database != ":memory:":
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+
+
 def create_engine(settings: InfraSettings) -> AsyncEngine:
     url = make_url(settings.async_database_url)
     if url.get_backend_name() == "sqlite":
+        ensure_sqlite_directory(settings.async_database_url)
         engine = create_async_engine(
             url,
             connect_args={"timeout": 30},
