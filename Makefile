@@ -97,6 +97,10 @@ lint: install ## ruff (lint + format check) and mypy
 	$(UV) run --locked ruff format --check .
 	$(UV) run --locked mypy
 
+.PHONY: openapi
+openapi: install ## write services/relay-api/openapi.json from the app (a test compares them)
+	$(UV) run --locked python tools/openapi.py
+
 .PHONY: migrations-check
 migrations-check: install ## alembic upgrade head + alembic check on MariaDB and SQLite
 	$(UV) run --locked python tools/check_migrations.py

@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from relay_api import errors
+from relay_api import errors, openapi
 from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.dashboard.endpoints import router as dashboard_router
@@ -48,6 +48,7 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observe)  # outermost: a refused body still gets its id and its count
     errors.install(app)
+    openapi.install(app)
     app.include_router(health_router)
     app.include_router(relay_router)
     app.include_router(webhooks_router)

@@ -4,10 +4,14 @@ and the ``X-API-Key`` scheme."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from fastapi import FastAPI
 from fastapi.security import APIKeyHeader
 from pydantic import BaseModel, Field
+
+from relay_api import examples
 
 API_KEY = APIKeyHeader(
     name="X-API-Key",
@@ -74,3 +78,68 @@ def errors(*codes: int, notes: dict[int, str] | None = None) -> dict[int | str, 
             entry["headers"] = _RATE_HEADERS
         documented[code] = entry
     return documented
+
+
+def install(app: FastAPI) -> None:
+    """The app's document is FastAPI's with an example beside every request and response body
+    (``relay_api.examples``), the executor webhook's body described, and no schema left that
+    nothing uses (FastAPI's default 422 body, which this API never sends)."""
+    generate = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            spec = generate()
+            _with_examples(spec)
+            _without_unused_schemas(spec)
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = document  # type: ignore[method-assign]
+
+
+def _with_examples(spec: dict[str, Any]) -> None:
+    for operations in spec["paths"].values():
+        for operation in operations.values():
+            if operation.get("operationId") == "receiveExecutorWebhook":
+                operation.setdefault("requestBody", _EXECUTOR_WEBHOOK_BODY)
+            for media in operation.get("requestBody", {}).get("content", {}).values():
+                _example(media)
+            for status, response in operation["responses"].items():
+                for media in response.get("content", {}).values():
+                    _example(media, int(status))
+
+
+def _example(media: dict[str, Any], status: int | None = None) -> None:
+    """The media type's example: the error body of its status, else its schema's."""
+    if "example" in media:
+        return
+    name = media["schema"]["$ref"].rsplit("/", 1)[1]
+    if status is not None and status >= 400 and name in ("ErrorBody", "ValidationErrorBody"):
+        media["example"] = examples.ERRORS[status]
+    else:
+        media["example"] = examples.BODIES[name]
+
+
+def _without_unused_schemas(spec: dict[str, Any]) -> None:
+    schemas = spec["components"]["schemas"]
+    while True:
+        text = json.dumps({**spec, "components": {**spec["components"], "schemas": {}}})
+        text += json.dumps(schemas)
+        unused = [name for name in schemas if f'"#/components/schemas/{name}"' not in text]
+        if not unused:
+            return
+        for name in unused:
+            del schemas[name]
+
+
+_EXECUTOR_WEBHOOK_BODY = {
+    "required": True,
+    "description": "The OpenZeppelin Relayer's notification, signed: base64 HMAC-SHA256 of "
+    "the raw body with RELAY_WEBHOOK_SIGNING_KEY in X-Signature. Unknown fields are ignored.",
+    "content": {
+        "application/json": {
+            "schema": {"type": "object", "additionalProperties": True},
+            "example": examples.EXECUTOR_WEBHOOK,
+        }
+    },
+}

@@ -26,6 +26,7 @@ class WebhookAck(BaseModel):
     response_model=WebhookAck,
     responses=errors(
         413,
+        422,
         503,
         notes={
             400: "The body is not an executor notification",

@@ -1,0 +1,216 @@
+"""One example of every body the API takes or sends, by its schema's name, and of the error
+body of every status: the OpenAPI document shows them beside each request and response
+(``relay_api.openapi.document``), and a test validates each against its schema."""
+
+from __future__ import annotations
+
+from typing import Any
+
+TX = "0b6f1c2e-8a4d-4c3e-9f5b-2d7e1a9c4b10"
+OTHER_TX = "5d2a7f90-1c3b-4e8a-a6d4-93b0c2e1f875"
+DEAD = "0x000000000000000000000000000000000000dEaD"
+SIGNER = "0x71C7656EC7ab88b098defB751B7401B5f6d8976F"
+FORWARDER = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
+HASH = "0x" + "9c" * 32
+AT = "2026-11-25T10:00:00.000Z"
+LATER = "2026-11-25T10:00:04.250Z"
+
+_STATUS = {
+    "transactionId": TX,
+    "type": "direct",
+    "status": "confirmed",
+    "hash": HASH,
+    "errorMessage": None,
+    "createdAt": AT,
+    "updatedAt": LATER,
+    "submittedAt": "2026-11-25T10:00:00.410Z",
+    "confirmedAt": LATER,
+}
+_ROW = {
+    "id": TX,
+    "clientId": "3f0c4b1a-77e2-4d8e-b1d0-6a2c9e5f0b33",
+    "type": "direct",
+    "status": "processing",
+    "error": None,
+    "attempts": 1,
+    "executorTxId": None,
+    "createdAt": AT,
+    "updatedAt": LATER,
+}
+_DEAD_LETTER = {
+    "messageId": "c8a1e2f4-5b6d-4e7f-8a9b-0c1d2e3f4a5b",
+    "transactionId": TX,
+    "kind": None,
+    "reason": "moved by SQS after 40 receives (a consumer died on it each time)",
+    "receiveCount": 40,
+    "deadLetteredAt": LATER,
+    "transaction": _ROW,
+    "body": None,
+    "events": None,
+}
+
+BODIES: dict[str, Any] = {
+    "DirectRequest": {"to": DEAD, "data": "0x", "value": "1000000000000000", "speed": "fast"},
+    "GaslessRequest": {
+        "request": {
+            "from": SIGNER,
+            "to": DEAD,
+            "value": "0",
+            "gas": "200000",
+            "nonce": "0",
+            "deadline": 1795600000,
+            "data": "0x",
+        },
+        "signature": "0x" + "ab" * 64 + "1b",
+    },
+    "AcceptedResponse": {"transactionId": TX, "status": "pending", "createdAt": AT},
+    "DomainResponse": {
+        "domain": {
+            "name": "ERC2771Forwarder",
+            "version": "1",
+            "chainId": 31337,
+            "verifyingContract": FORWARDER,
+        },
+        "types": {
+            "ForwardRequest": [
+                {"name": "from", "type": "address"},
+                {"name": "to", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "gas", "type": "uint256"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint48"},
+                {"name": "data", "type": "bytes"},
+            ]
+        },
+        "primaryType": "ForwardRequest",
+    },
+    "NonceResponse": {"address": SIGNER, "nonce": "3"},
+    "StatusResponse": _STATUS,
+    "TransactionPage": {
+        "items": [_STATUS],
+        "nextCursor": "MjAyNi0xMS0yNVQxMDowMDowMC4wMDBafDBiNmYxYzJl",
+    },
+    "CallbackRequest": {"url": "https://hooks.example.com/relay", "rotateSecret": False},
+    "CallbackResponse": {"url": "https://hooks.example.com/relay", "secret": None},
+    "WebhookAck": {"status": "ok"},
+    "Liveness": {"status": "ok"},
+    "Readiness": {
+        "status": "ready",
+        "components": {"database": "ok", "sqs": "ok", "redis": "ok"},
+    },
+    "ClientChanges": {"maxValueWei": "1000000000000000000", "rateLimitPerS": 50.0},
+    "ClientView": {
+        "id": "3f0c4b1a-77e2-4d8e-b1d0-6a2c9e5f0b33",
+        "name": "acme",
+        "role": "client",
+        "keyPrefix": "rk_Yx3kQ",
+        "revoked": False,
+        "callbackUrl": "https://hooks.example.com/relay",
+        "rateLimit": {"perSecond": 50.0, "burst": 100, "own": True},
+        "policy": {
+            "allowedTo": [],
+            "maxValueWei": "1000000000000000000",
+            "dailyValueWei": None,
+            "maxGas": None,
+            "gaslessValue": False,
+        },
+        "spentLast24hWei": "2000000000000000",
+    },
+    "LaneChange": {"state": "paused", "reason": "relayer upgrade"},
+    "QueuesView": {
+        "lanes": [
+            {
+                "lane": "normal",
+                "state": "paused",
+                "reason": "relayer upgrade",
+                "changedBy": "ops",
+                "changedAt": AT,
+            }
+        ],
+        "consumers": [
+            {
+                "consumer": "ip-10-0-1-17:7",
+                "lane": "normal",
+                "state": "paused",
+                "inFlight": 0,
+                "received": 1250,
+                "circuit": "closed",
+                "startedAt": "2026-11-25T08:00:00.000Z",
+                "seenSecondsAgo": 1.4,
+            }
+        ],
+        "depths": {
+            "queue": {"visible": 312, "inFlight": 0, "delayed": 0},
+            "dlq": {"visible": 0, "inFlight": 0, "delayed": 0},
+            "fast": {"visible": 0, "inFlight": 0, "delayed": 0},
+            "fast-dlq": {"visible": 0, "inFlight": 0, "delayed": 0},
+        },
+    },
+    "DeadLetters": {"queue": "relay-transactions-dlq", "depth": 1, "messages": [_DEAD_LETTER]},
+    "DeadLetterView": _DEAD_LETTER,
+    "RedriveRequest": {"messages": [TX]},
+    "RedriveResult": {
+        "redriven": [{"messageId": _DEAD_LETTER["messageId"], "transactionId": TX, "why": None}],
+        "left": [
+            {
+                "messageId": "0e4f7a2b-9c1d-4b3e-8f6a-5d2c1b0a9e8f",
+                "transactionId": OTHER_TX,
+                "why": "its row is final (failed): statuses only move forward",
+            }
+        ],
+        "how": "per message",
+    },
+    "Purged": {"purged": 12},
+    "Activity": {
+        "oldestPendingAgeS": {"normal": 2.5},
+        "minutes": [{"minute": "2026-11-25T10:00Z", "accepted": 120, "finished": 118}],
+        "transactions": [
+            {
+                "transactionId": TX,
+                "client": "acme",
+                "type": "direct",
+                "status": "confirmed",
+                "attempts": 1,
+                "error": None,
+                "createdAt": AT,
+                "updatedAt": LATER,
+            }
+        ],
+    },
+}
+
+# The executor's webhook (the OpenZeppelin Relayer's notification), as it arrives.
+EXECUTOR_WEBHOOK = {
+    "id": "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a",
+    "event": "transaction_update",
+    "payload": {
+        "payload_type": "transaction",
+        "id": "2c4e6a8b-0d1f-4a3c-8e5b-7f9a1c3e5d7b",
+        "status": "confirmed",
+        "hash": HASH,
+    },
+    "timestamp": LATER,
+}
+
+ERRORS: dict[int, dict[str, Any]] = {
+    400: {"error": "bad_request", "detail": "gasLimit: must be at most 30000000"},
+    401: {"error": "unauthorized", "detail": "invalid API key"},
+    403: {
+        "error": "policy_refused",
+        "detail": "policy maxValueWei: value 2000000000000000000 is above 1000000000000000000",
+    },
+    404: {"error": "not_found", "detail": "transaction not found"},
+    409: {
+        "error": "conflict",
+        "detail": "Idempotency-Key was already used with a different request; use a new key",
+    },
+    413: {"error": "payload_too_large", "detail": "body larger than 65536 bytes"},
+    415: {"error": "unsupported_media_type", "detail": "send Content-Type: application/json"},
+    422: {
+        "error": "validation_error",
+        "detail": "to: must be 0x followed by 40 hex digits",
+        "fields": [{"field": "to", "message": "must be 0x followed by 40 hex digits"}],
+    },
+    429: {"error": "rate_limited", "detail": "over 20 requests/s: retry after 1 s"},
+    503: {"error": "service_unavailable", "detail": "the database is unavailable; retry later"},
+}
