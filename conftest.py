@@ -20,7 +20,7 @@ from sqlalchemy.engine import URL, make_url
 from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.db.models import Base
-from relay_core.testing import Stub, start_stub
+from relay_testkit import Stub, start_stub
 
 SERVER_URL = make_url(os.environ.get("TEST_DATABASE_URL", "mysql://root@127.0.0.1:3306"))
 REDIS_URL = os.environ.get("TEST_REDIS_URL", "redis://127.0.0.1:6379/0")
@@ -106,8 +106,7 @@ def infra_env(database_url: str, sqs_server: localsqs.LocalSqs, unique: str) -> 
 @pytest.fixture
 async def sqs(sqs_server: localsqs.LocalSqs) -> AsyncIterator[Any]:
     """A raw SQS client for assertions."""
-    async with queue_mod.session().client(
-        "sqs",
+    async with queue_mod.sqs_client(
         endpoint_url=sqs_server.endpoint,
         region_name="us-east-1",
         aws_access_key_id="test",

@@ -1,7 +1,7 @@
 """Ceilings, measured in the same run on the same servers as the relay itself:
 
 - SQS: raw ReceiveMessage(10) + DeleteMessageBatch with the consumer's number of pollers,
-  aioboto3 and nothing else (same client config and receive arguments as the consumer);
+  aiobotocore and nothing else (same client config and receive arguments as the consumer);
 - MariaDB: single-row INSERT + COMMIT of a transactions row at a given concurrency, asyncmy
   (the relay's driver) and nothing else;
 - HTTP: a bare FastAPI endpoint on one uvicorn worker, served like ``relay serve``.
@@ -34,7 +34,7 @@ async def sqs_ceiling(run: Run, messages: int, pollers: int) -> dict[str, Any]:
             "SQS ceiling: preload did not land",
         )
     assert run.sqs is not None
-    sampler = Sampler({"harness (aioboto3)": os.getpid(), "sqs": run.sqs.process.pid})
+    sampler = Sampler({"harness (aiobotocore)": os.getpid(), "sqs": run.sqs.process.pid})
     done = 0
     finished = asyncio.Event()
     async with run.sqs_client(queue_name) as sqs:

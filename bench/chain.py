@@ -34,7 +34,7 @@ from bench import infra, procstat
 from bench.infra import ROOT, Run, check
 from relay_core import ethereum, evm, localchain
 from relay_core.localsqs import free_port
-from relay_core.testing import new_api_key, start_stub
+from relay_testkit import new_api_key, start_stub
 
 RESULTS = ROOT / "bench" / "results"
 WEBHOOK_KEY = "bench-chain-webhook-signing-key-0123456789"

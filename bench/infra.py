@@ -29,7 +29,7 @@ from relay_core import apikeys, localsqs
 from relay_core import queue as queue_mod
 from relay_core.db.models import ApiClient, Base, Transaction, utcnow
 from relay_core.settings import DEV_EXECUTOR_KEY, InfraSettings
-from relay_core.testing import Stub, start_stub, wait_http
+from relay_testkit import Stub, start_stub, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVER_URL = make_url(os.environ.get("TEST_DATABASE_URL", "mysql://root@127.0.0.1:3306"))
@@ -118,8 +118,7 @@ class Run:
     @contextlib.asynccontextmanager
     async def sqs_client(self, queue_name: str = "bench") -> AsyncIterator[Any]:
         settings = self.infra(queue_name)
-        async with queue_mod.session().client(
-            "sqs",
+        async with queue_mod.sqs_client(
             config=queue_mod.client_config(settings, timeout_s=5.0),
             **queue_mod.sqs_client_kwargs(settings),
         ) as client:

@@ -26,7 +26,6 @@ LIBRARIES = [
     ("pymysql", "asyncmy (MySQL driver)"),
     ("aiobotocore", "aiobotocore/botocore (SQS client)"),
     ("botocore", "aiobotocore/botocore (SQS client)"),
-    ("aioboto3", "aiobotocore/botocore (SQS client)"),
     ("aiohttp", "aiohttp (under aiobotocore)"),
     ("httpx", "httpx/httpcore (executor client)"),
     ("httpcore", "httpx/httpcore (executor client)"),

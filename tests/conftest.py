@@ -20,7 +20,7 @@ from relay_core import evm, localchain
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
-from relay_core.testing import Stub, infra_process_env, new_api_key, start_stub, wait_http
+from relay_testkit import Stub, infra_process_env, new_api_key, start_stub, wait_http
 
 WEBHOOK_KEY = "chain-tests-webhook-signing-key-0123456789"
 

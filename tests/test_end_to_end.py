@@ -24,7 +24,7 @@ from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
 from relay_core.localsqs import LocalSqs, free_port
 from relay_core.settings import InfraSettings
-from relay_core.testing import infra_process_env, new_api_key, start_stub, wait_http
+from relay_testkit import infra_process_env, new_api_key, start_stub, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 WEBHOOK_KEY = "e2e-webhook-signing-key-0123456789abcdef"

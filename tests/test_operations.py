@@ -25,7 +25,7 @@ from sqlalchemy.engine import make_url
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
-from relay_core.testing import (
+from relay_testkit import (
     Stub,
     infra_process_env,
     new_api_key,

@@ -20,7 +20,7 @@ import pytest
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
-from relay_core.testing import infra_process_env, new_api_key, relay_command, wait_http
+from relay_testkit import infra_process_env, new_api_key, relay_command, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 

@@ -22,7 +22,7 @@ INI = ROOT / "libs" / "relay-core" / "alembic.ini"
 
 def alembic(database_url: str, *args: str) -> None:
     env = dict(os.environ, DATABASE_URL=database_url)
-    subprocess.run(["alembic", "-c", str(INI), *args], check=True, env=env)
+    subprocess.run([sys.executable, "-m", "alembic", "-c", str(INI), *args], check=True, env=env)
 
 
 def main() -> int:

@@ -12,7 +12,7 @@ import pytest
 from eth_utils import to_checksum_address
 
 from relay_core import evm, localchain
-from relay_core.testing import STUB_DEV_KEY, Stub, start_stub
+from relay_testkit import STUB_DEV_KEY, Stub, start_stub
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -25,7 +25,7 @@ from relay_client import (
     verify_callback,
 )
 from relay_core import evm
-from relay_core.testing import new_api_key, relay_command
+from relay_testkit import new_api_key, relay_command
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 

@@ -20,7 +20,7 @@ from relay_api.exitcodes import (
     EXIT_USAGE,
 )
 from relay_core.localsqs import free_port
-from relay_core.testing import new_api_key
+from relay_testkit import new_api_key
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 

@@ -319,6 +319,8 @@ def test_dockerignore_keeps_state_secrets_and_tests_out_of_the_context(path: str
         "libs/relay-core/src/relay_core/queue.py",
         "services/relay-api/pyproject.toml",
         "services/queue-consumer/src/queue_consumer/main.py",
+        "libs/relay-client/src/relay_client/client.py",
+        "libs/relay-client/README.md",  # its pyproject's readme: the wheel build reads it
     ],
 )
 def test_dockerignore_keeps_what_the_build_needs(path: str) -> None:

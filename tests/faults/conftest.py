@@ -14,7 +14,7 @@ from rig import RESULTS, Processes, Rig
 
 from relay_core import queue as queue_mod
 from relay_core.settings import InfraSettings
-from relay_core.testing import Stub, start_stub
+from relay_testkit import Stub, start_stub
 
 # The executor walks every transaction to `confirmed` quickly; the consumers' tracker follows.
 STUB_LIFECYCLE = {

@@ -24,7 +24,7 @@ from sqlalchemy import text, update
 
 from relay_core.db.models import Transaction, utcnow
 from relay_core.localsqs import free_port
-from relay_core.testing import Stub, new_api_key, wait_http
+from relay_testkit import Stub, new_api_key, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 FINAL_OK = "confirmed"

@@ -24,7 +24,7 @@ from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
-from relay_core.testing import STUB_DEV_KEY
+from relay_testkit import STUB_DEV_KEY
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
@@ -138,8 +138,8 @@ async def test_sqs_server_killed_and_restarted(rig: Rig) -> None:
     settings = InfraSettings(**env)
 
     async def create_queues() -> None:
-        async with queue_mod.session().client(
-            "sqs", config=queue_mod.client_config(settings), **queue_mod.sqs_client_kwargs(settings)
+        async with queue_mod.sqs_client(
+            config=queue_mod.client_config(settings), **queue_mod.sqs_client_kwargs(settings)
         ) as sqs:
             await queue_mod.create_queues(sqs, settings)
 

@@ -23,7 +23,7 @@ from relay_core import localchain
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
-from relay_core.testing import infra_process_env, new_api_key, wait_http
+from relay_testkit import infra_process_env, new_api_key, wait_http
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")
 MAX_TIME_S = int(os.environ.get("RELAY_FUZZ_MAX_TIME_S", "150"))

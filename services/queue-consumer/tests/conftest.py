@@ -14,7 +14,7 @@ from consumer_testkit import process_env
 from queue_consumer.settings import ConsumerSettings
 from relay_core import queue as queue_mod
 from relay_core.settings import InfraSettings
-from relay_core.testing import Stub
+from relay_testkit import Stub
 
 
 @pytest.fixture

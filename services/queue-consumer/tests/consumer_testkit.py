@@ -18,7 +18,7 @@ from sqlalchemy.engine import make_url
 from relay_core import jsonutil
 from relay_core.db.models import ApiClient, Transaction, TransactionEvent, utcnow
 from relay_core.queue import TransactionMessage, send_batch
-from relay_core.testing import STUB_DEV_KEY, Stub
+from relay_testkit import STUB_DEV_KEY, Stub
 
 __all__ = ["Stub"]
 

@@ -38,8 +38,7 @@ async def test_queues_create_makes_queue_and_dlq_with_redrive_and_is_rerunnable(
                 check=True,
             )
             assert "maxReceiveCount 5" in result.stdout
-        async with queue_mod.session().client(
-            "sqs",
+        async with queue_mod.sqs_client(
             endpoint_url=server.endpoint,
             region_name="us-east-1",
             aws_access_key_id="x",

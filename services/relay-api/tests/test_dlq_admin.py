@@ -16,7 +16,7 @@ from sqlalchemy import select, update
 from relay_api.runtime import Runtime
 from relay_core import queue as queue_mod
 from relay_core.db.models import Transaction
-from relay_core.testing import infra_process_env, relay_command
+from relay_testkit import infra_process_env, relay_command
 
 
 async def _dead_letter(sqs: Any, dlq_url: str, transaction_id: str, **reason: str) -> str:

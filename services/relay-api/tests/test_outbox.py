@@ -143,7 +143,7 @@ async def test_sqs_down_at_accept_still_202_and_the_message_arrives_when_sqs_ret
         }
     )
     client_kwargs = queue_mod.sqs_client_kwargs(settings)
-    async with queue_mod.session().client("sqs", **client_kwargs) as sqs:
+    async with queue_mod.sqs_client(**client_kwargs) as sqs:
         await queue_mod.create_queues(sqs, settings)
     app = create_app(settings)
     try:
@@ -168,7 +168,7 @@ async def test_sqs_down_at_accept_still_202_and_the_message_arrives_when_sqs_ret
                 assert ready.json()["components"]["sqs"].startswith("down")
 
                 server = localsqs.start(port=port)  # SQS is back (an emulator restarts empty)
-                async with queue_mod.session().client("sqs", **client_kwargs) as sqs:
+                async with queue_mod.sqs_client(**client_kwargs) as sqs:
                     queue_url, _ = await queue_mod.create_queues(sqs, settings)
                     deadline = time.monotonic() + 20
                     while await _enqueued_at(runtime, tx_id) is None:

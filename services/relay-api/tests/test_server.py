@@ -14,7 +14,7 @@ import pytest
 from api_testkit import DEAD
 
 from relay_core.localsqs import free_port
-from relay_core.testing import infra_process_env
+from relay_testkit import infra_process_env
 
 
 @pytest.fixture

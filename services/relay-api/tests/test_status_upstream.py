@@ -19,7 +19,7 @@ from relay_api.runtime import Runtime
 from relay_core.db.models import Transaction
 from relay_core.db.transitions import touch
 from relay_core.executor import ExecutorClient
-from relay_core.testing import STUB_DEV_KEY, start_stub
+from relay_testkit import STUB_DEV_KEY, start_stub
 
 
 async def _submitted_at_executor(

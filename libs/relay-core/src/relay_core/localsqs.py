@@ -3,7 +3,7 @@
 ``ministack`` (fast, ~3,000 msg/s here) is the default; ``localstack`` (LocalStack's open
 source core, the one that has StartMessageMoveTask) and ``moto`` are the others
 (``RELAY_LOCAL_SQS``; docs/local.md). ministack lives in its own virtualenv (``.tools/sqs``,
-``make tools``) because it pins a botocore that aioboto3 cannot share; LocalStack in another
+``make tools``) because it pins a botocore that aiobotocore cannot share; LocalStack in another
 (``.tools/localstack``, Python 3.13, ``make localstack``). All are bound to 127.0.0.1 only.
 """
 

@@ -38,6 +38,6 @@ def configure_logging(level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
-    for noisy in ("botocore", "aiobotocore", "aioboto3", "urllib3", "asyncio", "httpx", "httpcore"):
+    for noisy in ("botocore", "aiobotocore", "urllib3", "asyncio", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-import aioboto3
+from aiobotocore.session import get_session
 from botocore.config import Config
 
 from relay_core import jsonutil
@@ -131,8 +131,9 @@ def client_config(settings: InfraSettings, *, timeout_s: float = 5.0, retries: i
     )
 
 
-def session() -> aioboto3.Session:
-    return aioboto3.Session()
+def sqs_client(**kwargs: Any) -> Any:
+    """An SQS client (aiobotocore), used as ``async with sqs_client(...) as sqs``."""
+    return get_session().create_client("sqs", **kwargs)
 
 
 def sqs_client_kwargs(settings: InfraSettings) -> dict[str, Any]:

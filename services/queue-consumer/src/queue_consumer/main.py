@@ -169,8 +169,7 @@ async def open_consumer(
     try:
         async with contextlib.AsyncExitStack() as stack:
             sqs = await stack.enter_async_context(
-                queue_mod.session().client(
-                    "sqs",
+                queue_mod.sqs_client(
                     config=queue_mod.client_config(settings, timeout_s=5.0),
                     **queue_mod.sqs_client_kwargs(settings),
                 )

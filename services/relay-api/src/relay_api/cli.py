@@ -203,8 +203,8 @@ def _err(line: str) -> None:
 async def _queues_create(settings: ApiSettings) -> None:
     from relay_core import queue
 
-    async with queue.session().client(
-        "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+    async with queue.sqs_client(
+        config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
     ) as sqs:
         for lane in settings.lanes():
             queue_url, dlq_url = await queue.create_lane(sqs, settings, lane)
@@ -220,8 +220,8 @@ async def _database_and_sqs(settings: ApiSettings) -> AsyncIterator[tuple[Any, A
 
     engine = create_engine(settings)
     try:
-        async with queue.session().client(
-            "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+        async with queue.sqs_client(
+            config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
         ) as sqs:
             yield create_sessionmaker(engine), sqs
     finally:
@@ -420,8 +420,8 @@ async def _reconcile_once(settings: ApiSettings) -> None:
         timeout_s=settings.executor_timeout_s,
     )
     try:
-        async with queue.session().client(
-            "sqs", config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
+        async with queue.sqs_client(
+            config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
         ) as sqs:
             lanes = await queue.lane_urls(sqs, settings)
             status_cache = cache_mod.StatusCache.configured(redis, settings)

@@ -56,8 +56,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(engine.dispose)
         sqs = await stack.enter_async_context(
-            queue_mod.session().client(
-                "sqs",
+            queue_mod.sqs_client(
                 config=queue_mod.client_config(settings, timeout_s=settings.sqs_send_timeout_s),
                 **queue_mod.sqs_client_kwargs(settings),
             )

@@ -1,6 +1,8 @@
-"""Test support shared by every package's tests: a relayer-stub process and its admin API.
+"""Test support shared by every package's tests: a relayer-stub process and its admin API,
+`relay` commands as processes, a process environment for a test's infrastructure.
 
-Import-only, like the rest of the library; it starts the stub as a command, never imports it.
+A dev dependency only (the workspace's dev group): no service installs it. It starts the stub
+and the CLI as commands, never imports them.
 """
 
 from __future__ import annotations
