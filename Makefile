@@ -83,6 +83,10 @@ test-localstack: install tools chain localstack ## the end-to-end tests, the DLQ
 	  tests/test_make_run.py::test_make_run_on_localstack_serves_a_transaction_and_ctrl_c_stops_it \
 	  tests/test_operations.py::test_a_redrive_of_two_hundred_dead_letters_executes_each_exactly_once
 
+.PHONY: test-readme
+test-readme: install ## the README's commands on a fresh clone beside its own make run (~5 min; a CI step)
+	$(UV) run --locked pytest -m readme tests/test_make_run.py -v
+
 .PHONY: test-fuzz
 test-fuzz: install tools chain ## fuzz the running API over its OpenAPI (schemathesis, ~3 min; a CI step)
 	$(UV) run --locked pytest -m fuzz tests/fuzz -s

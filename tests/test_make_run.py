@@ -108,12 +108,18 @@ def _alive(pid: int) -> bool:
 
 
 def _start(
-    workdir: Path, state_dir: Path, log: Path, extra_env: dict[str, str] | None = None
+    workdir: Path,
+    state_dir: Path,
+    log: Path,
+    extra_env: dict[str, str] | None = None,
+    *,
+    root: Path = ROOT,
+    startup_s: float = STARTUP_S,
 ) -> MakeRun:
     port = free_port()
     with log.open("wb") as out:
         process = subprocess.Popen(
-            ["make", "--no-print-directory", "-C", str(ROOT), "run"],
+            ["make", "--no-print-directory", "-C", str(root), "run"],
             cwd=workdir,
             env={**_clean_env(state_dir, port), **(extra_env or {})},
             stdin=subprocess.DEVNULL,
@@ -122,7 +128,7 @@ def _start(
             start_new_session=True,  # its own process group, like a shell job
         )
     run = MakeRun(process=process, log=log, port=port)
-    deadline = time.monotonic() + STARTUP_S
+    deadline = time.monotonic() + startup_s
     while "Relay is running" not in run.output() or "  curl -s " not in run.output():
         if process.poll() is not None or time.monotonic() > deadline:
             _interrupt(run)
@@ -336,3 +342,71 @@ def test_make_run_on_localstack_serves_a_transaction_and_ctrl_c_stops_it(
     finally:
         took = _interrupt(run)
     assert took < STOP_GRACE_S
+
+
+def _readme_blocks(language: str) -> list[str]:
+    """The README's ``language`` code blocks under "Using it", as written."""
+    text = (ROOT / "README.md").read_text()
+    start = text.index("## Using it")
+    section = text[start : text.index("\n## ", start + 1)]
+    return re.findall(rf"```{language}\n(.*?)```", section, re.DOTALL)
+
+
+@pytest.mark.readme
+@pytest.mark.timeout(1200)
+def test_the_readmes_commands_work_on_a_fresh_clone(tmp_path: Path) -> None:
+    """A newcomer's path: clone, `make run` (it installs everything it needs), then every
+    command of the README's "Using it" as written, from the clone's directory, with nothing
+    on the PATH but the system's (no uv) and no RELAY_ variable set."""
+    clone = tmp_path / "relay"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=300)
+    state = clone / ".relay"  # where make run keeps it by default, and the README reads it
+    # no virtualenv of this checkout on the PATH, and for the README's commands no uv either
+    system = [part for part in os.environ["PATH"].split(":") if "/.venv/" not in part + "/"]
+    run = _start(
+        clone,
+        state,
+        tmp_path / "run.log",
+        {"PATH": ":".join(system)},
+        root=clone,
+        startup_s=900,
+    )
+    bare = [part for part in system if not part.endswith("/.local/bin")]
+    env = {**_clean_env(state, run.port), "PATH": ":".join(bare)}
+    env.pop("RELAY_STATE_DIR")  # the README's commands find .relay/ by themselves
+    try:
+        shell = _readme_blocks("sh")
+        assert len(shell) >= 2, shell
+        outputs = []
+        for block in shell:
+            script = block.replace("127.0.0.1:8000", f"127.0.0.1:{run.port}")
+            done = subprocess.run(
+                ["bash", "-euo", "pipefail", "-c", script],
+                cwd=clone,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
+            assert done.returncode == 0, f"{script}\n{done.stdout}\n{done.stderr}"
+            outputs.append(done.stdout)
+        submitted, over_http = outputs[0], outputs[1]
+        assert re.search(r"^\S+\s+confirmed\s+direct\s", submitted, re.MULTILINE), submitted
+        assert re.search(r"^status\s+confirmed$", submitted, re.MULTILINE), submitted  # gasless
+        assert json.loads(over_http.splitlines()[0])["status"] == "pending", over_http
+
+        (python,) = _readme_blocks("python")[:1]
+        key = (state / "dev-api-key").read_text().strip()
+        snippet = python.replace("127.0.0.1:8000", f"127.0.0.1:{run.port}")
+        done = subprocess.run(
+            [str(clone / ".venv" / "bin" / "python"), "-c", f"KEY = {key!r}\n{snippet}"],
+            cwd=clone,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.strip() == "confirmed", done.stdout
+    finally:
+        _interrupt(run)
