@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from relay_core import ethereum
+
 TX = "0b6f1c2e-8a4d-4c3e-9f5b-2d7e1a9c4b10"
 OTHER_TX = "5d2a7f90-1c3b-4e8a-a6d4-93b0c2e1f875"
 DEAD = "0x000000000000000000000000000000000000dEaD"
@@ -71,17 +73,7 @@ BODIES: dict[str, Any] = {
             "chainId": 31337,
             "verifyingContract": FORWARDER,
         },
-        "types": {
-            "ForwardRequest": [
-                {"name": "from", "type": "address"},
-                {"name": "to", "type": "address"},
-                {"name": "value", "type": "uint256"},
-                {"name": "gas", "type": "uint256"},
-                {"name": "nonce", "type": "uint256"},
-                {"name": "deadline", "type": "uint48"},
-                {"name": "data", "type": "bytes"},
-            ]
-        },
+        "types": ethereum.FORWARD_REQUEST_TYPES,
         "primaryType": "ForwardRequest",
     },
     "NonceResponse": {"address": SIGNER, "nonce": "3"},
