@@ -20,7 +20,14 @@ from relay_core import evm, localchain
 from relay_core import queue as queue_mod
 from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
-from relay_testkit import Stub, infra_process_env, new_api_key, start_stub, wait_http
+from relay_testkit import (
+    Stub,
+    infra_process_env,
+    new_api_key,
+    start_stub,
+    stop_processes,
+    wait_http,
+)
 
 WEBHOOK_KEY = "chain-tests-webhook-signing-key-0123456789"
 
@@ -122,10 +129,4 @@ async def stack(
                 anvil, deployment, chain_stub, api_url, key, infra_env["database_url"], env
             )
         finally:
-            for process in processes:
-                process.terminate()
-            for process in processes:
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            stop_processes(processes)

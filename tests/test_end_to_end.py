@@ -24,7 +24,7 @@ from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
 from relay_core.localsqs import LocalSqs, free_port
 from relay_core.settings import InfraSettings
-from relay_testkit import infra_process_env, new_api_key, start_stub, wait_http
+from relay_testkit import infra_process_env, new_api_key, start_stub, stop_processes, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 WEBHOOK_KEY = "e2e-webhook-signing-key-0123456789abcdef"
@@ -194,11 +194,5 @@ async def test_two_hundred_transactions_end_as_the_executor_decided_and_every_vi
             assert ranks == sorted(ranks), statuses
         assert stub.ledger_count() == TOTAL  # and each was executed exactly once
     finally:
-        for process in processes:
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(30)
-            except subprocess.TimeoutExpired:
-                process.kill()
+        stop_processes(processes)
         stub.stop()

@@ -24,7 +24,7 @@ from sqlalchemy import text, update
 
 from relay_core.db.models import Transaction, utcnow
 from relay_core.localsqs import free_port
-from relay_testkit import Stub, new_api_key, wait_http
+from relay_testkit import Stub, new_api_key, stop_processes, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 FINAL_OK = "confirmed"
@@ -336,12 +336,4 @@ class Processes:
         return process
 
     def stop_all(self) -> None:
-        for process in self.started:
-            if process.poll() is None:
-                process.terminate()
-        for process in self.started:
-            try:
-                process.wait(20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        stop_processes(self.started, timeout_s=20)

@@ -104,6 +104,20 @@ class Stub:
         return self.ledger()[0]
 
 
+def stop_processes(processes: list[subprocess.Popen[bytes]], timeout_s: float = 30) -> None:
+    """SIGTERM to each (they drain as in production), then wait; whatever outlives
+    ``timeout_s`` is killed."""
+    for process in processes:
+        if process.poll() is None:
+            process.terminate()
+    for process in processes:
+        try:
+            process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
 def start_stub(directory: Path, port: int | None = None, **env: str) -> Stub:
     return Stub(port or free_port(), directory / "relayer-stub.sqlite3", env).start()
 

@@ -633,7 +633,7 @@ def _failure(exc: Exception, settings: ApiSettings) -> int | None:
             return EXIT_USAGE
         _err(f"cannot use the database at {where} (DATABASE_URL): {text[:300]}")
         return EXIT_UNREACHABLE
-    if isinstance(exc, BotoCoreError | OSError):
+    if isinstance(exc, BotoCoreError | ConnectionError):
         _err(f"cannot reach SQS or the database: {str(exc)[:300]}")
         return EXIT_UNREACHABLE
     return None
