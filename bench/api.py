@@ -35,7 +35,9 @@ from relay_core.db.models import utcnow
 # No ``speed``: the normal lane (the executor's default speed, fast).
 BODY = json.dumps({"to": infra.DEAD, "data": "0x", "value": "1", "gasLimit": "100000"})
 # Asking for speed fast puts a request in the fast lane.
-FAST_BODY = json.dumps({"to": infra.DEAD, "data": "0x", "value": "1", "speed": "fast"})
+FAST_BODY = json.dumps(
+    {"to": infra.DEAD, "data": "0x", "value": "1", "gasLimit": "100000", "speed": "fast"}
+)
 
 
 @dataclass

@@ -426,6 +426,7 @@ def seed_rows(
                 "to": to,
                 "data": f"0x{start_index + i:08x}",
                 "value": "0",
+                "gasLimit": "100000",  # what a client under a gas rule names (--spend-policy)
                 "speed": "fast",
             },
             "request_fingerprint": uuid.uuid4().hex,

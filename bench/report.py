@@ -14,6 +14,9 @@ API_RATE = 500
 API_ANSWERED_SHARE = 0.98
 API_P99_MS = 20.0
 API_DB_ROUND_TRIPS = 2.0
+# A leased daily budget (--spend-policy budget) takes its lease in one more round trip per
+# 1/32 of the budget, shared by many requests: a few thousandths of a round trip each.
+LEASE_SLACK = 0.01
 STATUS_HIT_P99_MS = 2.0
 STATUS_MYSQL_P99_MS = 10.0
 PICKUP_P95_MS = 250.0
@@ -293,8 +296,10 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "",
                 None,
                 "",
-                f"<= {API_DB_ROUND_TRIPS:g}" if is_target else "",
-                judge(trips["request_path"] <= API_DB_ROUND_TRIPS) if is_target else None,
+                f"<= {API_DB_ROUND_TRIPS:g} (+ budget leases)" if is_target else "",
+                judge(trips["request_path"] <= API_DB_ROUND_TRIPS + LEASE_SLACK)
+                if is_target
+                else None,
             )
         )
         out.append(
