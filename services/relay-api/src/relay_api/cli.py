@@ -23,6 +23,9 @@ relay reconcile --once                settle rows whose message is gone or whose
                                       record is lost (the consumers run it every minute)
 relay serve                           run the API (uvicorn, one worker)
 relay dev                             the whole system locally (what `make run` runs)
+relay tx submit|status|wait|list      as a client, through the API (relay_api.txcli)
+
+Exit codes: relay_api.exitcodes (docs/runbook.md#exit-codes).
 """
 
 from __future__ import annotations
