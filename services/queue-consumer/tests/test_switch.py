@@ -76,7 +76,7 @@ async def test_draining_finishes_the_queue_then_pauses_the_lane(
 ) -> None:
     consumer: Consumer = await run_consumer(consumer_control_interval_s=0.2, consumer_wait_time_s=1)
     await _set(consumer, controls.LaneState.paused)
-    await wait_until(lambda: not consumer.normal.receiving.is_set(), 10, "paused")
+    await wait_until(lambda: not consumer.lane("normal").receiving.is_set(), 10, "paused")
     ids = seed_rows(database_url, 8)
     await send_messages(sqs, queues[0], ids)
     await _set(consumer, controls.LaneState.draining)
@@ -91,7 +91,9 @@ async def test_draining_finishes_the_queue_then_pauses_the_lane(
         await asyncio.sleep(0.2)
     assert consumer.stats.counts["received"] == 8
     assert status_counts(database_url).get("pending", 0) == 0
-    await wait_until(lambda: not consumer.normal.receiving.is_set(), 10, "paused after draining")
+    await wait_until(
+        lambda: not consumer.lane("normal").receiving.is_set(), 10, "paused after draining"
+    )
 
 
 async def test_a_consumer_started_while_its_lane_is_paused_receives_nothing(

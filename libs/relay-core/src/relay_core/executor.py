@@ -189,7 +189,7 @@ class ExecutorClient:
             raise
         finally:
             EXECUTOR_SECONDS.observe(operation, result, time.perf_counter() - started)
-            if span is not None and span is not trace:
+            if span is not None:  # a no-op unless spans are exported
                 tracing.finish(span, error=None if result == "ok" else result)
 
     async def _send(

@@ -22,7 +22,7 @@ import logging
 import os
 import re
 from contextvars import ContextVar, Token
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -51,9 +51,6 @@ class Trace:
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-{'01' if self.sampled else '00'}"
-
-    def with_span(self, span_id: str) -> Trace:
-        return replace(self, span_id=span_id)
 
 
 def request_id_ok(value: str) -> bool:

@@ -71,7 +71,6 @@ class Consumer:
         ]
         for lane in self.lanes:
             lane.receiving.set()
-        self.normal = self.lane("normal")
         fast = [lane for lane in self.lanes if lane.urgent]
         self.capacity = Capacity(
             settings.consumer_concurrency,

@@ -228,13 +228,13 @@ async def _redrive_by_move_task(
     row has been made ready. None (nothing moved; the messages still held by this redrive)
     when one of them cannot be redriven: then the per-message path leaves it with its
     reason."""
-    for letter in letters:
-        if letter.transaction_id is None:
-            return None
-        async with sessions() as session:
-            tx = await session.get(Transaction, letter.transaction_id)
-        if tx is None or is_terminal(tx.status):
-            return None
+    ids = [letter.transaction_id for letter in letters]
+    if None in ids:
+        return None
+    async with sessions() as session:
+        rows = await _rows(session, [tx_id for tx_id in ids if tx_id is not None])
+    if any(tx_id not in rows or is_terminal(rows[tx_id]["status"]) for tx_id in ids):
+        return None
     for letter in letters:
         tx, _ = await _make_ready(sessions, cache, letter)
         if tx is None:  # became final meanwhile: the per-message path says so
