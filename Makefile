@@ -177,7 +177,7 @@ BENCH := $(UV) run --locked python -m bench
 
 .PHONY: bench
 bench: install tools ## benchmarks against same-run ceilings (<= 10 min) → bench/results/
-	$(BENCH)
+	$(BENCH) --spend-policy budget
 
 .PHONY: bench-smoke
 bench-smoke: install tools ## every benchmark scenario at tiny scale, no thresholds (CI)

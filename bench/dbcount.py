@@ -100,6 +100,36 @@ def install() -> None:
     except ImportError:  # pragma: no cover - asyncmy is a dependency of relay-core
         pass
 
+    from relay_core.db import direct
+
+    direct_execute, direct_connect = direct.execute, direct.DirectPool._connect
+    direct_rollback = direct.DirectPool._rollback
+
+    async def counted_direct(conn: Any, sql: str, args: Any = ()) -> list[int]:
+        # One round trip, however many statements it carries: named by all of them, a run
+        # of the same one as "xN" (a group commit's compare-and-sets).
+        kinds: list[list[Any]] = []
+        for part in sql.split(";"):
+            kind = _kind(part)
+            if kinds and kinds[-1][0] == kind:
+                kinds[-1][1] += 1
+            else:
+                kinds.append([kind, 1])
+        COUNTS.add("+".join(k if n == 1 else f"{k} x{n}" for k, n in kinds))
+        return await direct_execute(conn, sql, args)
+
+    async def counted_connect(self: Any) -> Any:
+        COUNTS.connects += 1
+        return await direct_connect(self)
+
+    async def counted_direct_rollback(self: Any, conn: Any) -> None:
+        COUNTS.add("ROLLBACK")
+        await direct_rollback(self, conn)
+
+    direct.DirectPool._rollback = counted_direct_rollback  # type: ignore[method-assign]
+    direct.execute = counted_direct  # type: ignore[assignment]
+    direct.DirectPool._connect = counted_connect  # type: ignore[method-assign]
+
     @event.listens_for(Pool, "connect")
     def _connected(dbapi_connection: Any, record: Any) -> None:
         COUNTS.connects += 1

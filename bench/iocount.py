@@ -1,7 +1,8 @@
 """Count a process's calls to SQS, Redis and the executor from outside the application
 (benchmark launchers only), next to bench.dbcount's database round trips.
 
-- SQS: every aiobotocore API call by operation, and the messages ReceiveMessage returned;
+- SQS: every API call by operation, through aiobotocore or relay_core.sqswire alike, and the
+  messages ReceiveMessage returned;
 - Redis: every command redis-py sends (a Lua script call is one EVALSHA); a pipeline is one
   round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
 - executor: every HTTP request to the executor's API (aiohttp), by method and route.
@@ -27,9 +28,11 @@ def install() -> None:
     if getattr(make_api_call, "_bench_counted", False):
         return
 
-    async def counted_api_call(self: Any, operation_name: str, api_params: Any) -> Any:
+    async def counted_api_call(
+        self: Any, operation_name: str, api_params: Any, make: Any = make_api_call
+    ) -> Any:
         SQS[operation_name] += 1
-        response = await make_api_call(self, operation_name, api_params)
+        response = await make(self, operation_name, api_params)
         if operation_name == "ReceiveMessage":
             received = len(response.get("Messages", []))
             SQS["ReceiveMessage.messages"] += received
@@ -39,6 +42,17 @@ def install() -> None:
 
     counted_api_call._bench_counted = True  # type: ignore[attr-defined]
     AioBaseClient._make_api_call = counted_api_call
+
+    from relay_core.sqswire import SqsWire
+
+    wire_call = SqsWire._call
+
+    async def counted_wire_call(self: Any, action: str, payload: Any) -> Any:
+        return await counted_api_call(
+            None, action, payload, make=lambda _s, _a, _p: wire_call(self, action, payload)
+        )
+
+    SqsWire._call = counted_wire_call  # type: ignore[method-assign]
 
     from redis.asyncio.client import Redis
 

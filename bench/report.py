@@ -20,6 +20,12 @@ LEASE_SLACK = 0.01
 STATUS_HIT_P99_MS = 2.0
 STATUS_MYSQL_P99_MS = 10.0
 PICKUP_P95_MS = 250.0
+# Issue 18 (half the CPU per transaction), with every wave-2 feature on (--spend-policy budget)
+API_CPU_MS = 0.6  # per accepted request, at 500 req/s offered and above
+API_FULL_RATE = 1000  # offered in several consecutive runs: answered in full, p99 <= 20 ms ...
+API_FULL_RUNS_NEEDED = 4  # ... in at least this many of them (of 5 in a full run)
+CONSUMER_CPU_S_PER_1000 = 0.5  # one process, at 0 and 200 ms executor latency
+CONSUMER_200MS_MSGS = 1100  # one process, 200 ms executor
 
 
 @dataclass
@@ -161,8 +167,14 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
             bound = min(expected, ceiling) if ceiling else expected
             target, ok = "", None
             if procs == 1:
-                target = f">= {CONSUMER_SHARE_OF_EXPECTED:.0%} of min(concurrency/0.2 s, SQS)"
-                ok = judge(c["rate"] >= CONSUMER_SHARE_OF_EXPECTED * bound)
+                target = (
+                    f">= {CONSUMER_SHARE_OF_EXPECTED:.0%} of min(concurrency/0.2 s, SQS); "
+                    f">= {CONSUMER_200MS_MSGS:,} msg/s (issue 18)"
+                )
+                ok = judge(
+                    c["rate"] >= CONSUMER_SHARE_OF_EXPECTED * bound
+                    and c["rate"] >= CONSUMER_200MS_MSGS
+                )
             out.append(
                 Row(
                     name,
@@ -181,6 +193,10 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "CPU seconds per 1,000 messages (consumer processes)",
                 c["cpu_s_per_1000"],
                 "s",
+                None,
+                "",
+                f"<= {CONSUMER_CPU_S_PER_1000:g} s (issue 18)" if procs == 1 else "",
+                judge(c["cpu_s_per_1000"] <= CONSUMER_CPU_S_PER_1000) if procs == 1 else None,
             )
         )
         out.append(
@@ -215,9 +231,15 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 )
             )
 
-    for level in results.get("accept", []):
+    full_runs: list[bool] = []
+    accept_levels = results.get("accept", [])
+    for index, level in enumerate(accept_levels):
         rate = level["offered_rate"]
         name = f"API accept, offered {rate} req/s"
+        repeats = [other for other in accept_levels if other["offered_rate"] == rate]
+        if len(repeats) > 1:
+            run_no = sum(1 for other in accept_levels[:index] if other["offered_rate"] == rate)
+            name += f" (run {run_no + 1} of {len(repeats)})"
         lat = level["latency_ms"]
         answered = level["ok"] / max(rate * level["nominal_s"], 1)
         meets = (
@@ -226,6 +248,8 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
             and (lat["p99"] or 1e9) <= API_P99_MS
         )
         is_target = rate == API_RATE
+        if rate == API_FULL_RATE:
+            full_runs.append(meets)
         out.append(
             Row(
                 name,
@@ -309,7 +333,32 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 f"{trips['request_path']} + {trips['background']} = {trips['total']}",
             )
         )
-        out.append(Row(name, "API CPU per request", level["api_cpu_ms_per_request"], "ms"))
+        cpu_target = rate >= API_RATE
+        out.append(
+            Row(
+                name,
+                "API CPU per request",
+                level["api_cpu_ms_per_request"],
+                "ms",
+                None,
+                "",
+                f"<= {API_CPU_MS:g} ms (issue 18)" if cpu_target else "",
+                judge(level["api_cpu_ms_per_request"] <= API_CPU_MS) if cpu_target else None,
+            )
+        )
+    if len(full_runs) > 1:
+        out.append(
+            Row(
+                f"API accept, offered {API_FULL_RATE} req/s",
+                f"consecutive runs answered in full with p99 <= {API_P99_MS:g} ms",
+                f"{sum(full_runs)} of {len(full_runs)}",
+                "",
+                None,
+                "",
+                f">= {API_FULL_RUNS_NEEDED} of 5 (issue 18)",
+                judge(sum(full_runs) >= API_FULL_RUNS_NEEDED),
+            )
+        )
 
     status = results.get("status") or {}
     for tier, label, limit in (

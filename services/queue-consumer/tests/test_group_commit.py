@@ -16,6 +16,8 @@ from queue_consumer.lanes import Capacity
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.cache import StatusCache, connect
+from relay_core.db import direct as direct_db
+from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import Transaction, TransactionEvent
 from relay_core.db.transitions import Change
@@ -24,22 +26,45 @@ from relay_core.settings import InfraSettings
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
 
-@pytest.fixture
-async def setup(database_url: str) -> AsyncIterator[dict[str, Any]]:
+@pytest.fixture(params=["sqlalchemy", "direct"])
+async def setup(
+    request: pytest.FixtureRequest, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[dict[str, Any]]:
+    """Each test twice: batches written through SQLAlchemy (SQLite, or the direct pool off)
+    and on driver connections (relay_core.db.direct, MySQL's default)."""
     engine = create_engine(InfraSettings(database_url=database_url, database_pool_size=4))
     redis = connect(REDIS_URL, 1.0)
     cache = StatusCache(redis, f"relaytest:{uuid.uuid4().hex[:8]}:")
     commits: list[int] = []
     event.listen(engine.sync_engine, "commit", lambda _conn: commits.append(1))
+    pool = None
+    if request.param == "direct":
+        pool = DirectPool.create(engine, size=2, timeout_s=5.0)
+        assert pool is not None, "the direct path needs MySQL"
+        execute = direct_db.execute
+
+        async def counted(conn: Any, sql: str, args: Any = ()) -> list[int]:
+            if sql.endswith("COMMIT"):
+                commits.append(1)
+            return await execute(conn, sql, args)
+
+        monkeypatch.setattr(direct_db, "execute", counted)
     yield {
         "engine": engine,
         "sessions": create_sessionmaker(engine),
         "cache": cache,
         "commits": commits,
         "database_url": database_url,
+        "direct": pool,
     }
+    if pool is not None:
+        await pool.close()
     await redis.aclose()
     await engine.dispose()
+
+
+def _group(setup: dict[str, Any], cache: StatusCache | None = None, **kwargs: Any) -> GroupCommit:
+    return GroupCommit(setup["engine"], cache, direct=setup["direct"], **kwargs)
 
 
 async def _load(setup: dict[str, Any], ids: list[str]) -> dict[str, Transaction]:
@@ -60,7 +85,7 @@ async def test_concurrent_writes_commit_together_and_each_lands_with_its_event(
 ) -> None:
     ids = seed_rows(setup["database_url"], 20)
     rows = await _load(setup, ids)
-    writes = GroupCommit(setup["engine"], setup["cache"], writers=1, max_batch=64)
+    writes = _group(setup, setup["cache"], writers=1, max_batch=64)
     writes.start()
     try:
         results = await asyncio.gather(
@@ -100,7 +125,7 @@ async def test_two_writes_from_the_same_read_in_one_batch_only_one_wins(
     (tx_id,) = seed_rows(setup["database_url"], 1)
     first = (await _load(setup, [tx_id]))[tx_id]
     second = (await _load(setup, [tx_id]))[tx_id]
-    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes = _group(setup, writers=1)
     writes.start()
     try:
         results = await asyncio.gather(
@@ -122,7 +147,7 @@ async def test_a_change_the_database_refuses_fails_alone_not_its_batch(
 ) -> None:
     ids = seed_rows(setup["database_url"], 3)
     rows = await _load(setup, ids)
-    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes = _group(setup, writers=1)
     writes.start()
     try:
         bad = Change(rows[ids[0]], "processing", values={"claimed_by": "x" * 500})  # > 64
@@ -147,7 +172,7 @@ async def test_a_write_whose_caller_gave_up_before_its_batch_is_not_made(
 ) -> None:
     ids = seed_rows(setup["database_url"], 2)
     rows = await _load(setup, ids)
-    writes = GroupCommit(setup["engine"], None, writers=1)
+    writes = _group(setup, writers=1)
     writes.start()
     try:
         # The writer is busy with the first write while the second waits in the queue.
@@ -170,7 +195,7 @@ async def test_a_change_decided_from_an_older_read_fails_though_its_row_object_m
 ) -> None:
     (tx_id,) = seed_rows(setup["database_url"], 1)
     shared = (await _load(setup, [tx_id]))[tx_id]
-    writes = GroupCommit(setup["engine"], None)  # not started: each write commits alone
+    writes = _group(setup)  # not started: each write commits alone
     first = Change(shared, "processing", source="a", values={"claimed_by": "a"})
     second = Change(shared, "processing", source="b", values={"claimed_by": "b"})
     assert await writes.write(first)
@@ -187,7 +212,7 @@ async def test_a_batch_that_cannot_commit_in_time_fails_its_writes_instead_of_ha
 ) -> None:
     ids = seed_rows(setup["database_url"], 2)
     rows = await _load(setup, ids)
-    writes = GroupCommit(setup["engine"], None, writers=1, timeout_s=0.5)
+    writes = _group(setup, writers=1, timeout_s=0.5)
     writes.start()
     try:
         # Another transaction holds the row lock: the batch's UPDATE waits for it.

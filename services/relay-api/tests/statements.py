@@ -1,5 +1,7 @@
 """What a request says to the database: statements and transaction ends, counted on the
-engine (the publisher and other background work are left out by the caller's timing)."""
+engine, and the round trips sent past it (relay_core.db.direct) as one entry each, their
+statements joined by "; " (the publisher and other background work are left out by the
+caller's timing)."""
 
 from __future__ import annotations
 
@@ -7,8 +9,11 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay_core.db import direct
 
 
 @contextlib.contextmanager
@@ -26,11 +31,19 @@ def recorded(engine: AsyncEngine) -> Iterator[list[str]]:
     def rollback(_conn: Any) -> None:
         seen.append("ROLLBACK")
 
+    execute = direct.execute
+
+    async def direct_execute(conn: Any, sql: str, args: Any = ()) -> list[int]:
+        seen.append("; ".join(" ".join(part.split()[:3]) for part in sql.split(";")))
+        return await execute(conn, sql, args)
+
     listeners = (("before_cursor_execute", statement), ("commit", commit), ("rollback", rollback))
     for name, fn in listeners:
         event.listen(sync, name, fn)
     try:
-        yield seen
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(direct, "execute", direct_execute)
+            yield seen
     finally:
         for name, fn in listeners:
             event.remove(sync, name, fn)

@@ -72,6 +72,19 @@ class InfraSettings(BaseSettings):
     database_pool_size: int = Field(
         10, ge=1, le=200, description="connections per process, the most it opens (no overflow)"
     )
+    sqs_wire: bool = Field(
+        True,
+        description="send the hot SQS calls (send and delete batches, receive) through "
+        "relay_core.sqswire instead of botocore: the same requests at a fraction of the CPU",
+    )
+    database_direct_pool_size: int = Field(
+        4,
+        ge=0,
+        le=100,
+        description="MySQL only: connections per process for the hot paths' fixed statements "
+        "(the accept INSERT, the consumer's group commit), beside the pool; 0 sends them "
+        "through SQLAlchemy too",
+    )
     database_connect_timeout_s: float = Field(
         3.0, gt=0, description="connect timeout; an unreachable database answers 503 after it"
     )

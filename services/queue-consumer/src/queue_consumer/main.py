@@ -27,6 +27,7 @@ from queue_consumer.worker import Consumer
 from relay_core import cache as cache_mod
 from relay_core import evm, gctuning, jsonutil, tracing
 from relay_core import queue as queue_mod
+from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
 from relay_core.logs import configure_logging
@@ -170,15 +171,18 @@ async def open_consumer(
         async with contextlib.AsyncExitStack() as stack:
             sqs = await stack.enter_async_context(
                 queue_mod.sqs_client(
+                    wire=settings.sqs_wire,
                     config=queue_mod.client_config(settings, timeout_s=5.0),
                     **queue_mod.sqs_client_kwargs(settings),
                 )
             )
             lanes = await _queue_urls(sqs, settings, stop)
             sessions = create_sessionmaker(engine)
+            direct = await stack.enter_async_context(DirectPool.opened(engine, settings))
             writes = GroupCommit(
                 engine,
                 cache,
+                direct=direct,
                 writers=settings.consumer_db_writers,
                 max_batch=settings.consumer_write_batch,
             )

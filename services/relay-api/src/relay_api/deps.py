@@ -13,6 +13,7 @@ from relay_api.auth.service import Caller
 from relay_api.limits.service import Limit
 from relay_api.openapi import API_KEY
 from relay_api.runtime import Runtime
+from relay_core.db.direct import DirectPool
 from relay_core.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
 
@@ -31,9 +32,12 @@ class UnitOfWork:
     caches written only after that commit. The session is opened on first use: a status
     answered from Redis never touches the database."""
 
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], direct: DirectPool | None = None
+    ) -> None:
         self._sessions = sessions
         self._session: AsyncSession | None = None
+        self.direct = direct
         self.outbox: list[TransactionMessage] = []
         self.after_commit: list[Callable[[], Awaitable[None]]] = []
         self.on_rollback: list[Callable[[], None]] = []  # undo what is not in the database
@@ -61,7 +65,7 @@ class UnitOfWork:
 async def unit_of_work(runtime: Runtime) -> AsyncIterator[UnitOfWork]:
     """The request's unit of work: committed (or rolled back) here and nowhere else; its
     messages published and its after-commit actions run only once the commit is done."""
-    uow = UnitOfWork(runtime.sessions)
+    uow = UnitOfWork(runtime.sessions, runtime.direct)
     try:
         try:
             yield uow

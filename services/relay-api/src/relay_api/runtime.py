@@ -23,6 +23,7 @@ from relay_api.settings import ApiSettings
 from relay_core import cache as cache_mod
 from relay_core import evm
 from relay_core import queue as queue_mod
+from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
 
@@ -44,6 +45,8 @@ class Runtime:
     default_limit: Limit  # every client's, unless `relay clients policy` set its own
     budgets: Budgets
     redis: Any = None
+    # The accept INSERT and the publisher's UPDATE past SQLAlchemy (MySQL; else None)
+    direct: DirectPool | None = None
 
     rpc: evm.EvmRpc | None = None  # the chain, when RELAY_CHAIN_RPC_URL is set
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
@@ -55,8 +58,10 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
     sessions = create_sessionmaker(engine)
     async with contextlib.AsyncExitStack() as stack:
         stack.push_async_callback(engine.dispose)
+        direct = await stack.enter_async_context(DirectPool.opened(engine, settings))
         sqs = await stack.enter_async_context(
             queue_mod.sqs_client(
+                wire=settings.sqs_wire,
                 config=queue_mod.client_config(settings, timeout_s=settings.sqs_send_timeout_s),
                 **queue_mod.sqs_client_kwargs(settings),
             )
@@ -92,7 +97,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             refresh_after_s=settings.status_refresh_after_s,
             timeout_s=settings.status_upstream_timeout_s,
         )
-        publisher = Publisher(work_queue, sessions)
+        publisher = Publisher(work_queue, sessions, direct)
         # Read at scrape time: nothing on the request path.
         metrics.OUTBOX_BACKLOG.set_function(publisher.backlog)
         metrics.OUTBOX_OLDEST_AGE.set_function(publisher.oldest_age_s)
@@ -117,6 +122,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             refresher=refresher,
             redis=redis,
             rpc=rpc,
+            direct=direct,
         )
         # At shutdown, after the requests and before the engine: leases' rests go back.
         stack.push_async_callback(runtime.budgets.close)

@@ -9,7 +9,7 @@ of them at once); :func:`transition` is the single change, applied to the row ob
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -18,6 +18,8 @@ from sqlalchemy import Update, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.attributes import set_committed_value
 
+from relay_core.db import direct as direct_db
+from relay_core.db.direct import DirectPool
 from relay_core.db.models import (
     NOTIFICATIONS,
     TRANSACTION_EVENTS,
@@ -76,21 +78,73 @@ async def write_changes(
     """
     now = utcnow()
     written: list[dict[str, Any] | None] = [None] * len(changes)
-    events: list[dict[str, Any]] = []
-    notifications: list[dict[str, Any]] = []
-    for index in sorted(range(len(changes)), key=lambda i: changes[i].tx.id):
+    for index in _lock_order(changes):
         change = changes[index]
-        tx = change.tx
         columns = change.columns(now)
         result = await db.execute(
             _compare_and_set(tuple(columns)),
-            {**columns, "_id": tx.id, "_version": change.expected_version},
+            {**columns, "_id": change.tx.id, "_version": change.expected_version},
         )
-        if result.rowcount != 1:  # type: ignore[attr-defined]
+        if result.rowcount == 1:  # type: ignore[attr-defined]
+            written[index] = columns
+    events, notifications = _records(changes, written)
+    if events:
+        await db.execute(insert(TRANSACTION_EVENTS), events)
+    if notifications:
+        await db.execute(insert(NOTIFICATIONS), notifications)
+    return written
+
+
+async def write_changes_direct(
+    direct: DirectPool, conn: Any, changes: Sequence[Change]
+) -> list[dict[str, Any] | None]:
+    """:func:`write_changes` on a driver connection (relay_core.db.direct), and committed:
+    the compare-and-sets go out as one round trip, the event and notification INSERTs with
+    the COMMIT as another, however many changes there are."""
+    if not changes:
+        return []
+    now = utcnow()
+    order = _lock_order(changes)
+    planned = [changes[index].columns(now) for index in order]
+    statements: list[str] = []
+    args: list[Any] = []
+    for index, columns in zip(order, planned, strict=True):
+        change = changes[index]
+        sql, values = _compare_and_set_sql(direct, tuple(columns))
+        statements.append(sql)
+        args.extend(values(columns))
+        args.extend((change.tx.id, change.expected_version))
+    counts = await direct_db.execute(conn, "; ".join(statements), args)
+    written: list[dict[str, Any] | None] = [None] * len(changes)
+    for index, columns, count in zip(order, planned, counts, strict=True):
+        if count == 1:
+            written[index] = columns
+    events, notifications = _records(changes, written)
+    statements, args = [], []
+    for table, rows in ((TRANSACTION_EVENTS, events), (NOTIFICATIONS, notifications)):
+        if rows:
+            insert_sql, insert_args = direct.row(table, tuple(rows[0])).insert(rows)
+            statements.append(insert_sql)
+            args.extend(insert_args)
+    await direct_db.execute(conn, "; ".join([*statements, "COMMIT"]), args)
+    return written
+
+
+def _lock_order(changes: Sequence[Change]) -> list[int]:
+    """Rows are written in id order, so concurrent batches lock them in the same order."""
+    return sorted(range(len(changes)), key=lambda i: changes[i].tx.id)
+
+
+def _records(
+    changes: Sequence[Change], written: Sequence[dict[str, Any] | None]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The event rows and client notifications of the changes that landed."""
+    events: list[dict[str, Any]] = []
+    notifications: list[dict[str, Any]] = []
+    for change, columns in zip(changes, written, strict=True):
+        if columns is None or not change.records_event:
             continue
-        written[index] = columns
-        if not change.records_event:
-            continue
+        tx = change.tx
         at = columns["updated_at"]
         events.append(
             {
@@ -123,11 +177,7 @@ async def write_changes(
                     "created_at": at,
                 }
             )
-    if events:
-        await db.execute(insert(TRANSACTION_EVENTS), events)
-    if notifications:
-        await db.execute(insert(NOTIFICATIONS), notifications)
-    return written
+    return events, notifications
 
 
 @functools.cache
@@ -142,6 +192,25 @@ def _compare_and_set(columns: tuple[str, ...]) -> Update:
         )
         .values({name: bindparam(name, type_=TRANSACTIONS.c[name].type) for name in columns})
     )
+
+
+def _compare_and_set_sql(
+    direct: DirectPool, columns: tuple[str, ...]
+) -> tuple[str, Callable[[dict[str, Any]], list[Any]]]:
+    """:func:`_compare_and_set` as SQL text for the driver, and what makes its values (the
+    id and expected version follow them)."""
+    row = direct.row(TRANSACTIONS, columns)
+    found = _CAS_SQL.get(columns)
+    if found is None:
+        quote = direct.dialect.identifier_preparer.quote
+        sets = ", ".join(f"{quote(name)} = %s" for name in columns)
+        # Column names from our own metadata, quoted; every value goes as a parameter.
+        found = f"UPDATE transactions SET {sets} WHERE id = %s AND version = %s"  # noqa: S608
+        _CAS_SQL[columns] = found
+    return found, row.values
+
+
+_CAS_SQL: dict[tuple[str, ...], str] = {}
 
 
 def apply_written(tx: Transaction, columns: dict[str, Any]) -> None:

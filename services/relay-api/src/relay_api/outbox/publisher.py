@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from relay_api import metrics
 from relay_api.outbox import repository
 from relay_api.outbox.queue import WorkQueue
+from relay_core.db.direct import DirectPool
 from relay_core.db.models import utcnow
 from relay_core.queue import TransactionMessage
 
@@ -32,6 +33,7 @@ class Publisher:
         self,
         queue: WorkQueue,
         sessions: async_sessionmaker[AsyncSession],
+        direct: DirectPool | None = None,
         *,
         max_pending: int = 10_000,
         max_batch: int = 100,
@@ -39,6 +41,7 @@ class Publisher:
     ) -> None:
         self._queue = queue
         self._sessions = sessions
+        self._direct = direct
         self._max_batch = max_batch
         self._linger_s = linger_s
         self._pending: asyncio.Queue[TransactionMessage] = asyncio.Queue(max_pending)
@@ -121,8 +124,11 @@ class Publisher:
         if len(sent) < len(batch):
             metrics.OUTBOX_SEND_FAILURES.inc(len(batch) - len(sent))
         try:
-            async with self._sessions() as session, session.begin():
-                await repository.mark_enqueued(session, sent)
+            if self._direct is not None:
+                await repository.mark_enqueued_direct(self._direct, sent)
+            else:
+                async with self._sessions() as session, session.begin():
+                    await repository.mark_enqueued(session, sent)
         except Exception as exc:
             # Sent but not marked: the sweeper sends it again and the consumer drops the copy.
             log.warning("api.outbox.mark_failed", extra={"count": len(sent), "error": str(exc)})

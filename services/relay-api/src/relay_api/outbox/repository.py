@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from relay_core.db.direct import DirectPool
 from relay_core.db.models import TRANSACTIONS, Transaction, utcnow
 from relay_core.statuses import TxStatus
 
@@ -41,4 +42,16 @@ async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:
         update(TRANSACTIONS)
         .where(TRANSACTIONS.c.id.in_(list(ids)), TRANSACTIONS.c.enqueued_at.is_(None))
         .values(enqueued_at=utcnow())
+    )
+
+
+async def mark_enqueued_direct(direct: DirectPool, ids: Collection[str]) -> None:
+    """:func:`mark_enqueued` and its COMMIT in one round trip (relay_core.db.direct)."""
+    if not ids:
+        return
+    marks = ", ".join(["%s"] * len(ids))  # placeholders only: the ids go as parameters
+    await direct.run(
+        f"UPDATE transactions SET enqueued_at = %s WHERE id IN ({marks}) "  # noqa: S608
+        "AND enqueued_at IS NULL; COMMIT",
+        [utcnow(), *ids],
     )

@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from relay_core.db.direct import DirectPool
 from relay_core.db.models import TRANSACTIONS, Transaction
 
 # Built once: a statement built per request (values bound into it) costs its construction and
@@ -14,8 +15,12 @@ from relay_core.db.models import TRANSACTIONS, Transaction
 _INSERT = insert(TRANSACTIONS)
 
 
-async def add(session: AsyncSession, tx: Transaction) -> None:
-    """One Core INSERT of the row, with the model's defaults filled in on ``tx``.
+async def add(session: AsyncSession, tx: Transaction, direct: DirectPool | None = None) -> bool:
+    """One Core INSERT of the row, with the model's defaults filled in on ``tx``. Returns
+    whether it is already committed: with ``direct`` (MySQL) and nothing else done in
+    ``session``, the INSERT and its COMMIT go out as one round trip on a driver connection
+    (relay_core.db.direct); otherwise the INSERT runs in ``session`` for its unit of work
+    to commit.
 
     The ORM unit of work (flush planning, identity map) costs more CPU than the statement for a
     single row on the accept path; ``tx`` stays a plain object outside the session.
@@ -28,7 +33,12 @@ async def add(session: AsyncSession, tx: Transaction) -> None:
             value = default(None) if callable(default) else default
             setattr(tx, column.key, value)
         values[column.key] = value
+    if direct is not None and not session.in_transaction():
+        sql, args = direct.row(TRANSACTIONS).insert([values])
+        await direct.run(f"{sql}; COMMIT", args)
+        return True
     await session.execute(_INSERT, values)
+    return False
 
 
 async def by_id(session: AsyncSession, transaction_id: str) -> Transaction | None:

@@ -281,12 +281,14 @@ async def accept(
     )
     uow.on_rollback.append(give_back)
     try:
-        await repository.add(session, tx)
+        committed = await repository.add(session, tx, uow.direct)
     except IntegrityError:
         await session.rollback()
         give_back()
         uow.on_rollback.remove(give_back)
         return await _resolve_duplicate(session, caller, new, idempotency_key, fingerprint)
+    if committed:  # durable already: nothing left for a rollback to give back
+        uow.on_rollback.remove(give_back)
     uow.outbox.append(TransactionMessage.new(tx.id, new.type, tracing.current(), new.lane))
     metrics.ACCEPTED.inc(new.type.value, new.lane)
     return Accepted(transaction_id=tx.id, created_at=rfc3339(now) or "", replayed=False)

@@ -1,0 +1,330 @@
+"""The hot paths' few fixed statements, sent on driver connections of their own (MySQL and
+MariaDB through asyncmy; ``None`` elsewhere, and callers go through SQLAlchemy as before).
+
+Why: through a Session, one INSERT and its COMMIT cost ~0.6 ms of client CPU here against
+~0.17 ms sent on the driver connection (docs/performance.md, issue 18), and the consumer's
+group commit paid one round trip per compare-and-set. Here a statement list goes out as one
+multi-statement query (asyncmy always asks for CLIENT_MULTI_STATEMENTS): the accept path's
+``INSERT; COMMIT`` is one round trip, a group commit's compare-and-sets another.
+
+What stays the same: values are converted by the columns' own SQLAlchemy bind processors
+(JSON through orjson, ``None`` as JSON ``null``) and escaped by the driver exactly as before;
+errors come out as SQLAlchemy's exceptions (``IntegrityError``, ``OperationalError``...), so
+every handler above (409 on a duplicate, 503 on an outage, the consumer's retry) is unchanged.
+
+The pool is small and strict: at most ``size`` connections (beside SQLAlchemy's pool: both
+count towards MySQL's ``max_connections``), a connection that failed in a way that may have
+left it unusable is closed and every idle one with it (a restarted server leaves them all
+dead), and one older than ``recycle_s`` is replaced when it is next taken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+from sqlalchemy import Column, Table
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay_core.settings import InfraSettings
+
+log = logging.getLogger(__name__)
+
+# asyncmy's client-side error numbers start here (CR_* codes: lost connection, cannot
+# connect...); below it the server answered and the connection is still in step, except for
+# the server's own goodbyes (killed, shutting down, idle too long: as SQLAlchemy's MySQL
+# dialect counts them).
+_CLIENT_ERRORS = 2000
+_SERVER_HUNG_UP = frozenset({1053, 1927, 4031})
+_DEADLOCK = 1213  # ER_LOCK_DEADLOCK: the server rolled the transaction back
+_DEADLOCK_TRIES = 3
+
+
+class DirectPool:
+    def __init__(
+        self,
+        engine: AsyncEngine,
+        *,
+        size: int,
+        timeout_s: float,
+        recycle_s: float = 1800.0,
+    ) -> None:
+        import asyncmy  # the db extra's driver; only MySQL URLs get here
+
+        self._asyncmy = asyncmy
+        self.dialect: Dialect = engine.dialect
+        _, kwargs = engine.dialect.create_connect_args(engine.url)
+        self._connect_kwargs = kwargs
+        self._size = size
+        self._timeout_s = timeout_s
+        self._recycle_s = recycle_s
+        self._idle: collections.deque[Any] = collections.deque()
+        self._born: dict[Any, float] = {}  # when each open connection was made
+        self._open = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._closed = False
+        self._rows: dict[tuple[str, tuple[str, ...] | None], Row] = {}
+        self.connects = 0
+
+    @classmethod
+    def create(cls, engine: AsyncEngine, *, size: int, timeout_s: float) -> DirectPool | None:
+        if engine.dialect.name != "mysql" or engine.dialect.driver != "asyncmy" or size < 1:
+            return None
+        return cls(engine, size=size, timeout_s=timeout_s)
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def opened(
+        cls, engine: AsyncEngine, settings: InfraSettings
+    ) -> AsyncIterator[DirectPool | None]:
+        """A process's pool (``RELAY_DATABASE_DIRECT_POOL_SIZE``), closed when the block
+        ends; ``None`` where there is none (SQLite, or the size set to 0)."""
+        pool = cls.create(
+            engine,
+            size=settings.database_direct_pool_size,
+            timeout_s=settings.database_pool_timeout_s,
+        )
+        try:
+            yield pool
+        finally:
+            if pool is not None:
+                await pool.close()
+
+    # --- the statements -----------------------------------------------------------------
+
+    def row(self, table: Table, columns: tuple[str, ...] | None = None) -> Row:
+        """``table``'s INSERT (of ``columns``, else all), built on first use."""
+        found = self._rows.get((table.name, columns))
+        if found is None:
+            found = self._rows[(table.name, columns)] = Row(table, self.dialect, columns)
+        return found
+
+    async def run(self, sql: str, args: Sequence[Any] = ()) -> list[int]:
+        """Send ``sql``, one whole transaction (one statement or several, ``;``-separated,
+        ending in ``COMMIT``), in one round trip on a connection of its own; each statement's
+        affected rows. On an error nothing of it is committed. A deadlock victim (the server
+        rolled all of it back) is sent again, up to twice."""
+        for attempt in range(_DEADLOCK_TRIES):
+            try:
+                async with self.connection() as conn:
+                    return await execute(conn, sql, args)
+            except DBAPIError as exc:
+                if attempt + 1 == _DEADLOCK_TRIES or _code(exc) != _DEADLOCK:
+                    raise
+                log.info("db.direct.deadlock_retried", extra={"attempt": attempt + 1})
+        raise AssertionError("unreachable")
+
+    @contextlib.asynccontextmanager
+    async def connection(self) -> AsyncIterator[Any]:
+        """A connection for statements that span round trips (:func:`execute` on it); what it
+        leaves uncommitted is rolled back, and one that failed uncleanly is closed."""
+        conn = await self._acquire()
+        try:
+            yield conn
+        except BaseException as exc:
+            await self._after_error(conn, exc)
+            raise
+        if conn.get_transaction_status():
+            await self._after_error(conn, None)  # left open: not ours to commit
+        else:
+            self._release(conn)
+
+    # --- the pool -----------------------------------------------------------------------
+
+    async def _acquire(self) -> Any:
+        deadline = time.monotonic() + self._timeout_s
+        while True:
+            if self._closed:
+                raise RuntimeError("the direct pool is closed")
+            while self._idle:
+                conn = self._idle.pop()  # the most recently used: warm, alive
+                if _usable(conn) and time.monotonic() - self._born[conn] < self._recycle_s:
+                    return conn
+                self._forget(conn)
+            if self._open < self._size:
+                self._open += 1
+                try:
+                    return await self._connect()
+                except BaseException:
+                    self._open -= 1
+                    self._wake()
+                    raise
+            waiter = asyncio.get_running_loop().create_future()
+            self._waiters.append(waiter)
+            try:
+                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
+                    await waiter
+            except TimeoutError:
+                raise DBAPIError.instance(
+                    None,
+                    None,
+                    TimeoutError(f"no direct connection free within {self._timeout_s} s"),
+                    Exception,
+                ) from None
+            finally:
+                if waiter in self._waiters:
+                    self._waiters.remove(waiter)
+
+    async def _connect(self) -> Any:
+        try:
+            conn = await self._asyncmy.connect(**self._connect_kwargs)
+        except self._asyncmy.errors.Error as exc:
+            raise _translate("connect", (), exc, invalidated=True) from exc
+        self._born[conn] = time.monotonic()
+        self.connects += 1
+        return conn
+
+    def _release(self, conn: Any) -> None:
+        self._idle.append(conn)
+        self._wake()
+
+    def _forget(self, conn: Any) -> None:
+        conn.close()
+        self._born.pop(conn, None)
+        self._open -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)
+                return
+
+    async def _after_error(self, conn: Any, exc: BaseException | None) -> None:
+        """Roll back what ``conn`` left open and keep it, when the server answered the error
+        (a duplicate key, a deadlock); otherwise close it, and every idle one too."""
+        if exc is None or (isinstance(exc, DBAPIError) and not exc.connection_invalidated):
+            try:
+                await self._rollback(conn)
+            except BaseException:
+                self._forget(conn)
+                return
+            self._release(conn)
+            return
+        self._forget(conn)
+        while self._idle:
+            self._forget(self._idle.pop())
+
+    async def _rollback(self, conn: Any) -> None:
+        async with asyncio.timeout(self._timeout_s):
+            await conn.rollback()
+
+    async def close(self) -> None:
+        self._closed = True
+        while self._idle:
+            conn = self._idle.pop()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(conn.ensure_closed(), 1.0)
+            self._forget(conn)
+        for waiter in self._waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+
+def _usable(conn: Any) -> bool:
+    return bool(conn.connected) and not getattr(conn, "_stream_broken", False)
+
+
+def _lost(conn: Any, exc: BaseException) -> bool:
+    """Whether ``exc`` left ``conn`` unusable (else the server answered and it is in step)."""
+    code = _code(exc)
+    if code is None or code <= 0 or code >= _CLIENT_ERRORS or code in _SERVER_HUNG_UP:
+        return True
+    return not _usable(conn)
+
+
+def _code(exc: BaseException) -> int | None:
+    """The MySQL error number of a driver error (or of the one a DBAPIError wraps)."""
+    if isinstance(exc, DBAPIError):
+        exc = exc.orig  # type: ignore[assignment]
+    code = exc.args[0] if exc.args else None
+    return code if isinstance(code, int) else None
+
+
+async def execute(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[int]:
+    """Run ``sql`` on ``conn`` in one round trip; each statement's affected rows. A driver
+    error comes out as SQLAlchemy's exception for it."""
+    try:
+        async with conn.cursor() as cursor:
+            await cursor.execute(sql, tuple(args) if args else None)
+            counts = [cursor.rowcount]
+            while await cursor.nextset():
+                counts.append(cursor.rowcount)
+            # asyncmy keeps the connection's server status from a result only when it is not
+            # 0, so after a COMMIT sent as a statement (status 0: no transaction, autocommit
+            # off) the connection still says "in a transaction" and would be rolled back
+            # for nothing on its way back to the pool. The last result knows better.
+            last = getattr(cursor, "_result", None)
+            if last is not None:
+                conn.server_status = last.server_status
+            return counts
+    except Exception as exc:
+        errors = _asyncmy_errors()
+        if isinstance(exc, errors.Error):
+            raise _translate(sql, args, exc, invalidated=_lost(conn, exc)) from exc
+        raise
+
+
+def _asyncmy_errors() -> Any:
+    import asyncmy.errors
+
+    return asyncmy.errors
+
+
+def _translate(sql: str, args: Sequence[Any], exc: Exception, *, invalidated: bool) -> DBAPIError:
+    shown = sql if len(sql) <= 400 else sql[:400] + "..."
+    # (a driver error always comes back as a DBAPIError subclass)
+    return DBAPIError.instance(  # type: ignore[return-value]
+        shown,
+        None if len(args) > 20 else list(args),
+        exc,
+        _asyncmy_errors().Error,
+        connection_invalidated=invalidated,
+    )
+
+
+class Row:
+    """One table's INSERT: the column list, its placeholders and the columns' bind
+    processors, built once."""
+
+    def __init__(self, table: Table, dialect: Dialect, columns: Sequence[str] | None = None):
+        chosen: list[Column[Any]] = [
+            table.c[name] for name in (columns or [c.key for c in table.columns])
+        ]
+        quote = dialect.identifier_preparer.quote
+        self.keys = [column.key for column in chosen]
+        self.processors = [
+            column.type.dialect_impl(dialect).bind_processor(dialect) for column in chosen
+        ]
+        # Identifiers from our own metadata, quoted; every value goes as a parameter.
+        names = ", ".join(quote(c.name) for c in chosen)
+        self.head = f"INSERT INTO {quote(table.name)} ({names}) VALUES "  # noqa: S608
+        self.placeholders = "(" + ", ".join(["%s"] * len(chosen)) + ")"
+
+    def values(self, row: dict[str, Any]) -> list[Any]:
+        out = []
+        for key, process in zip(self.keys, self.processors, strict=True):
+            value = row.get(key)
+            out.append(process(value) if process is not None else value)
+        return out
+
+    def insert(self, rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
+        """The multi-row INSERT of ``rows`` and its arguments."""
+        args: list[Any] = []
+        for row in rows:
+            args.extend(self.values(row))
+        return self.head + ", ".join([self.placeholders] * len(rows)), args
+
+
+def bind(table: Table, dialect: Dialect, column: str, value: Any) -> Any:
+    """``value`` as ``table.column``'s bind processor sends it."""
+    process = table.c[column].type.dialect_impl(dialect).bind_processor(dialect)
+    return process(value) if process is not None else value

@@ -1,0 +1,211 @@
+"""The direct pool (relay_core.db.direct): statements sent together in one round trip, values
+converted as SQLAlchemy converts them, SQLAlchemy's exceptions, and a pool that keeps what
+is healthy and drops what is not."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import datetime
+
+import pytest
+from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, text
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from relay_core.db import direct as direct_db
+from relay_core.db.direct import DirectPool
+from relay_core.db.engine import create_engine
+from relay_core.db.models import Timestamp
+from relay_core.settings import InfraSettings
+
+PROBE = Table(
+    "probe",
+    MetaData(),
+    Column("id", Integer, primary_key=True),
+    Column("name", String(8)),
+    Column("doc", JSON),
+    Column("at", Timestamp),
+)
+
+
+@pytest.fixture
+async def engine(database_url: str) -> AsyncIterator[AsyncEngine]:
+    engine = create_engine(InfraSettings(database_url=database_url, database_pool_size=2))
+    async with engine.begin() as conn:
+        await conn.run_sync(PROBE.metadata.create_all)
+    yield engine
+    await engine.dispose()
+
+
+@pytest.fixture
+async def pool(engine: AsyncEngine) -> AsyncIterator[DirectPool]:
+    made = DirectPool.create(engine, size=2, timeout_s=2.0)
+    assert made is not None
+    yield made
+    await made.close()
+
+
+async def _rows(engine: AsyncEngine) -> list[tuple[object, ...]]:
+    async with engine.connect() as conn:
+        return [tuple(r) for r in await conn.execute(text("SELECT * FROM probe ORDER BY id"))]
+
+
+def test_only_mysql_through_asyncmy_gets_a_direct_pool(tmp_path: object) -> None:
+    sqlite = create_engine(InfraSettings(database_url=f"sqlite:///{tmp_path}/x.db"))
+    assert DirectPool.create(sqlite, size=4, timeout_s=1.0) is None
+
+
+async def test_a_multi_row_insert_and_its_commit_are_one_round_trip_with_sqlalchemy_values(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    at = datetime(2026, 11, 25, 8, 0, 0, 123456)
+    rows = [
+        {"id": 1, "name": "a", "doc": {"k": [1, 2]}, "at": at},
+        {"id": 2, "name": "b", "doc": None, "at": None},
+    ]
+    sql, args = pool.row(PROBE).insert(rows)
+    assert await pool.run(f"{sql}; COMMIT", args) == [2, 0]
+    async with engine.connect() as conn:
+        raw = [tuple(r) for r in await conn.execute(text("SELECT id, doc, at FROM probe"))]
+        # None in a JSON column is JSON null, as SQLAlchemy writes it (not SQL NULL)
+        assert raw[1][1] == "null"
+        loaded = (await conn.execute(PROBE.select().order_by(PROBE.c.id))).all()
+    assert [tuple(r) for r in loaded] == [(1, "a", {"k": [1, 2]}, at), (2, "b", None, None)]
+    assert pool.connects == 1
+
+
+async def test_each_statement_reports_its_rows_and_nothing_is_left_open(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    sql, args = pool.row(PROBE, ("id", "name")).insert([{"id": i, "name": "x"} for i in (1, 2, 3)])
+    await pool.run(f"{sql}; COMMIT", args)
+    counts = await pool.run(
+        "UPDATE probe SET name = %s WHERE id = %s; UPDATE probe SET name = %s WHERE id = %s; "
+        "COMMIT",
+        ["y", 2, "y", 99],
+    )
+    assert counts == [1, 0, 0]
+    async with pool.connection() as conn:  # left open: rolled back, not committed
+        await direct_db.execute(conn, "UPDATE probe SET name = 'z' WHERE id = 1")
+    assert [r[1] for r in await _rows(engine)] == ["x", "y", "x"]
+    assert pool.connects == 1  # and the connection was kept
+
+
+async def test_a_duplicate_is_sqlalchemys_integrity_error_and_the_connection_is_kept(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    sql, args = pool.row(PROBE, ("id",)).insert([{"id": 1}])
+    await pool.run(f"{sql}; COMMIT", args)
+    with pytest.raises(IntegrityError) as raised:
+        await pool.run(f"{sql}; COMMIT", args)
+    assert not raised.value.connection_invalidated
+    await pool.run("UPDATE probe SET name = 'ok' WHERE id = 1; COMMIT")
+    assert pool.connects == 1
+    assert await _rows(engine) == [(1, "ok", None, None)]
+
+
+async def test_a_failure_mid_batch_commits_nothing_of_it(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    too_long = "x" * 50  # name is VARCHAR(8): strict mode refuses it
+    with pytest.raises(DBAPIError):
+        await pool.run(
+            "INSERT INTO probe (id) VALUES (1); UPDATE probe SET name = %s WHERE id = 1; COMMIT",
+            [too_long],
+        )
+    assert await _rows(engine) == []
+
+
+async def test_a_connection_killed_while_idle_is_never_handed_out(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    async with pool.connection() as conn:
+        (victim,) = (await _fetch(conn, "SELECT CONNECTION_ID()"))[0]
+    async with engine.connect() as conn:
+        await conn.execute(text(f"KILL {int(victim)}"))
+    await asyncio.sleep(0.1)  # the server's close reaches the socket
+    assert await pool.run("INSERT INTO probe (id) VALUES (7); COMMIT") == [1, 0]
+    assert pool.connects == 2
+
+
+async def test_a_connection_lost_mid_statement_is_dropped_with_every_idle_one(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    async with pool.connection() as first, pool.connection() as second:
+        await _fetch(first, "SELECT 1")
+        await _fetch(second, "SELECT 1")
+
+    async def hung_up() -> None:
+        async with pool.connection() as conn:
+            (own,) = (await _fetch(conn, "SELECT CONNECTION_ID()"))[0]
+            await direct_db.execute(conn, f"KILL {int(own)}")  # the server hangs up on it
+            await direct_db.execute(conn, "SELECT 1")
+
+    with pytest.raises(OperationalError) as raised:
+        await hung_up()
+    assert raised.value.connection_invalidated
+    assert pool.connects == 2
+    # The idle one went with it (a restarted server leaves them all dead): a new one serves.
+    assert await pool.run("INSERT INTO probe (id) VALUES (7); COMMIT") == [1, 0]
+    assert pool.connects == 3
+
+
+async def test_a_full_pool_makes_work_wait_and_then_gives_up(engine: AsyncEngine) -> None:
+    pool = DirectPool.create(engine, size=1, timeout_s=0.3)
+    assert pool is not None
+    try:
+        async with pool.connection():
+            waiting = asyncio.create_task(pool.run("SELECT 1"))
+            with pytest.raises(DBAPIError, match="no direct connection free"):
+                await waiting
+        # Freed: the next one gets it at once.
+        assert await pool.run("SELECT 1") == [1]
+    finally:
+        await pool.close()
+
+
+async def test_a_deadlock_victim_is_sent_again(
+    engine: AsyncEngine, pool: DirectPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncmy.errors
+
+    execute = direct_db.execute
+    calls: list[str] = []
+
+    async def deadlocked_once(conn: object, sql: str, args: object = ()) -> list[int]:
+        calls.append(sql)
+        if len(calls) == 1:
+            error = asyncmy.errors.OperationalError(1213, "Deadlock found")
+            raise direct_db._translate(sql, [], error, invalidated=False) from error
+        return await execute(conn, sql, args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(direct_db, "execute", deadlocked_once)
+    assert await pool.run("INSERT INTO probe (id) VALUES (1); COMMIT") == [1, 0]
+    assert len(calls) == 2
+    assert [r[0] for r in await _rows(engine)] == [1]
+
+
+async def _fetch(conn: object, sql: str) -> list[tuple[object, ...]]:
+    async with conn.cursor() as cursor:  # type: ignore[attr-defined]
+        await cursor.execute(sql)
+        return list(await cursor.fetchall())
+
+
+async def test_a_transaction_committed_as_a_statement_goes_back_without_a_rollback(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    async with pool.connection() as conn:
+        await direct_db.execute(conn, "INSERT INTO probe (id) VALUES (1); COMMIT")
+        assert not conn.get_transaction_status()
+        await direct_db.execute(conn, "UPDATE probe SET name = 'a' WHERE id = 1")
+        assert conn.get_transaction_status()
+        await direct_db.execute(conn, "COMMIT")
+        assert not conn.get_transaction_status()
+        (before,) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_rollback'")
+    for _ in range(3):
+        await pool.run("UPDATE probe SET name = 'b' WHERE id = 1; COMMIT")
+    async with pool.connection() as conn:
+        (after,) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_rollback'")
+    assert after == before
+    assert pool.connects == 1
