@@ -102,10 +102,10 @@ def install() -> None:
 
     from relay_core.db import direct
 
-    direct_execute, direct_connect = direct.execute, direct.DirectPool._connect
+    direct_send, direct_connect = direct._send, direct.DirectPool._connect
     direct_rollback = direct.DirectPool._rollback
 
-    async def counted_direct(conn: Any, sql: str, args: Any = ()) -> list[int]:
+    async def counted_direct(conn: Any, sql: str, args: Any, *, rows: bool) -> Any:
         # One round trip, however many statements it carries: named by all of them, a run
         # of the same one as "xN" (a group commit's compare-and-sets).
         kinds: list[list[Any]] = []
@@ -116,7 +116,7 @@ def install() -> None:
             else:
                 kinds.append([kind, 1])
         COUNTS.add("+".join(k if n == 1 else f"{k} x{n}" for k, n in kinds))
-        return await direct_execute(conn, sql, args)
+        return await direct_send(conn, sql, args, rows=rows)
 
     async def counted_connect(self: Any) -> Any:
         COUNTS.connects += 1
@@ -127,7 +127,7 @@ def install() -> None:
         await direct_rollback(self, conn)
 
     direct.DirectPool._rollback = counted_direct_rollback  # type: ignore[method-assign]
-    direct.execute = counted_direct  # type: ignore[assignment]
+    direct._send = counted_direct  # type: ignore[assignment]
     direct.DirectPool._connect = counted_connect  # type: ignore[method-assign]
 
     @event.listens_for(Pool, "connect")

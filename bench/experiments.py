@@ -15,6 +15,9 @@ docs/performance.md ("Measured experiments").
 - ``accept_on_connection``: the accept routes' unit of work on an ``AsyncConnection`` instead
   of an ``AsyncSession`` (what the session's own transaction bookkeeping costs per request;
   ``--only accept``: the status route would check out a connection it does not use).
+- ``stage_times``: no change, a measurement: how long a consumer's messages spend in each
+  stage (waiting for room, the receive, the batch's row load, each status write, the executor
+  call), written to the consumer's log as ``bench.stage_times`` when it stops.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ KNOWN = (
     "asyncio_consumer",
     "accept_on_connection",
     "no_rate_limit",
+    "stage_times",
 )
 
 
@@ -77,3 +81,55 @@ def apply(names: set[str]) -> None:
                 yield uow
 
         endpoints.unit_of_work = on_connection  # type: ignore[assignment]
+    if "stage_times" in names:
+        _time_stages()
+
+
+def _time_stages() -> None:
+    import atexit
+    import json
+    import sys
+    import time
+    from collections import defaultdict
+
+    from queue_consumer.lanes import Capacity
+    from queue_consumer.transactions.group_commit import GroupCommit
+    from queue_consumer.transactions.service import TransactionProcessor
+    from relay_core.executor import ExecutorClient
+    from relay_core.sqswire import SqsWire
+
+    seen: dict[str, list[float]] = defaultdict(list)
+
+    def timed(cls: Any, name: str, label: str) -> None:
+        original = getattr(cls, name)
+
+        async def wrapper(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return await original(*args, **kwargs)
+            finally:
+                seen[label].append(1000 * (time.perf_counter() - started))
+
+        setattr(cls, name, wrapper)
+
+    timed(Capacity, "reserve", "wait for room (a normal poller)")
+    timed(SqsWire, "receive_message", "ReceiveMessage")
+    timed(TransactionProcessor, "load_many", "the batch's row load")
+    timed(GroupCommit, "write", "a status write (queued, committed, cached)")
+    timed(ExecutorClient, "submit", "the executor call")
+    timed(TransactionProcessor, "process", "the whole attempt (load to record)")
+
+    def report() -> None:
+        summary = {}
+        for label, values in seen.items():
+            values.sort()
+            n = len(values)
+            summary[label] = {
+                "n": n,
+                "p50_ms": round(values[n // 2], 1),
+                "p90_ms": round(values[9 * n // 10], 1),
+                "mean_ms": round(sum(values) / n, 1),
+            }
+        sys.stderr.write(json.dumps({"event": "bench.stage_times", **summary}) + "\n")
+
+    atexit.register(report)

@@ -23,7 +23,7 @@ def _run(app: Any, port: int) -> None:
     import uvicorn
 
     # Same server options as `relay serve` (relay_api.cli.serve): one worker, uvicorn's
-    # default loop and HTTP implementations, no access log.
+    # default loop and HTTP implementations, no access log, no proxy-header rewriting.
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: None)
     uvicorn.run(
@@ -32,6 +32,7 @@ def _run(app: Any, port: int) -> None:
         port=port,
         log_config=None,
         access_log=False,
+        proxy_headers=False,
         timeout_graceful_shutdown=5,
     )
 

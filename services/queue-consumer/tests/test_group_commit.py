@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from consumer_testkit import seed_rows
-from sqlalchemy import event, func, select
+from sqlalchemy import event, func, inspect, select, update
 
 from queue_consumer.lanes import Capacity
 from queue_consumer.transactions import repository
@@ -19,7 +19,7 @@ from relay_core.cache import StatusCache, connect
 from relay_core.db import direct as direct_db
 from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker
-from relay_core.db.models import Transaction, TransactionEvent
+from relay_core.db.models import Transaction, TransactionEvent, utcnow
 from relay_core.db.transitions import Change
 from relay_core.settings import InfraSettings
 
@@ -68,8 +68,35 @@ def _group(setup: dict[str, Any], cache: StatusCache | None = None, **kwargs: An
 
 
 async def _load(setup: dict[str, Any], ids: list[str]) -> dict[str, Transaction]:
+    """The rows as the consumer reads its batches: on the direct pool when there is one."""
+    if setup["direct"] is not None:
+        return await repository.load_many_direct(setup["direct"], ids)
     async with setup["sessions"]() as session:
         return await repository.load_many(session, ids)
+
+
+async def test_rows_read_on_the_driver_connection_are_those_the_orm_reads(
+    setup: dict[str, Any],
+) -> None:
+    if setup["direct"] is None:
+        pytest.skip("the direct pool's read")
+    ids = seed_rows(setup["database_url"], 3)
+    async with setup["sessions"]() as session, session.begin():  # JSON null, dates, text
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == ids[0])
+            .values(result={"k": [1, "é"]}, error="boom", claimed_at=utcnow())
+        )
+    async with setup["sessions"]() as session:
+        orm = await repository.load_many(session, ids)
+    direct = await repository.load_many_direct(setup["direct"], [*ids, str(uuid.uuid4())])
+    assert sorted(direct) == sorted(ids)
+    for tx_id in ids:
+        for column in Transaction.__table__.columns:
+            assert getattr(direct[tx_id], column.key) == getattr(orm[tx_id], column.key), column
+        state = inspect(direct[tx_id])
+        assert state.detached
+        assert not state.modified
 
 
 async def _events(setup: dict[str, Any], tx_id: str) -> int:

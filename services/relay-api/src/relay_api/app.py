@@ -11,6 +11,7 @@ from relay_api import errors, openapi
 from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.dashboard.endpoints import router as dashboard_router
+from relay_api.fastpath import FastSubmit
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit, Observe
 from relay_api.queues.endpoints import dlq_router
@@ -45,6 +46,8 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
         lifespan=lifespan,
         default_response_class=Json,
     )
+    # innermost: a well-formed submission skips FastAPI's routing and dependencies
+    app.add_middleware(FastSubmit, fastapi=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observe)  # outermost: a refused body still gets its id and its count
     errors.install(app)

@@ -471,6 +471,11 @@ def serve(settings: ApiSettings) -> None:
         port=settings.port,
         log_config=None,
         access_log=False,
+        # The caller's address is Relay's to decide (RELAY_TRUST_FORWARDED_FOR, client_address):
+        # uvicorn's own X-Forwarded-For rewriting (trusting 127.0.0.1 by default) would let a
+        # local client choose the address its unauthenticated requests are limited by, and it
+        # cost CPU on every request.
+        proxy_headers=False,
         timeout_graceful_shutdown=20,
     )
 

@@ -43,6 +43,11 @@ class UnitOfWork:
         self.on_rollback: list[Callable[[], None]] = []  # undo what is not in the database
 
     @property
+    def in_transaction(self) -> bool:
+        """Whether the session has begun (a statement ran in it): then it must commit."""
+        return self._session is not None and self._session.in_transaction()
+
+    @property
     def session(self) -> AsyncSession:
         if self._session is None:
             self._session = self._sessions()

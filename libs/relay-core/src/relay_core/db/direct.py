@@ -32,6 +32,7 @@ from sqlalchemy import Column, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.orm import make_transient_to_detached
 
 from relay_core.settings import InfraSettings
 
@@ -71,6 +72,7 @@ class DirectPool:
         self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
         self._closed = False
         self._rows: dict[tuple[str, tuple[str, ...] | None], Row] = {}
+        self._loaders: dict[type[Any], Loader] = {}
         self.connects = 0
 
     @classmethod
@@ -105,6 +107,19 @@ class DirectPool:
         if found is None:
             found = self._rows[(table.name, columns)] = Row(table, self.dialect, columns)
         return found
+
+    def loader(self, cls: type[Any]) -> Loader:
+        """Reads of mapped ``cls`` (all its columns) as detached objects, built on first use."""
+        found = self._loaders.get(cls)
+        if found is None:
+            found = self._loaders[cls] = Loader(cls, self.dialect)
+        return found
+
+    async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """The rows of ``sql``'s first statement (a SELECT; the rest, usually ``COMMIT``,
+        ends the read), in one round trip on a connection of its own."""
+        async with self.connection() as conn:
+            return await fetch(conn, sql, args)
 
     async def run(self, sql: str, args: Sequence[Any] = ()) -> list[int]:
         """Send ``sql``, one whole transaction (one statement or several, ``;``-separated,
@@ -252,9 +267,23 @@ def _code(exc: BaseException) -> int | None:
 async def execute(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[int]:
     """Run ``sql`` on ``conn`` in one round trip; each statement's affected rows. A driver
     error comes out as SQLAlchemy's exception for it."""
+    counts, _ = await _send(conn, sql, args, rows=False)
+    return counts
+
+
+async def fetch(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Run ``sql`` on ``conn`` in one round trip; the rows of its first statement."""
+    _, rows = await _send(conn, sql, args, rows=True)
+    return rows
+
+
+async def _send(
+    conn: Any, sql: str, args: Sequence[Any], *, rows: bool
+) -> tuple[list[int], list[tuple[Any, ...]]]:
     try:
         async with conn.cursor() as cursor:
             await cursor.execute(sql, tuple(args) if args else None)
+            fetched = list(await cursor.fetchall()) if rows else []
             counts = [cursor.rowcount]
             while await cursor.nextset():
                 counts.append(cursor.rowcount)
@@ -265,7 +294,7 @@ async def execute(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[int]:
             last = getattr(cursor, "_result", None)
             if last is not None:
                 conn.server_status = last.server_status
-            return counts
+            return counts, fetched
     except Exception as exc:
         errors = _asyncmy_errors()
         if isinstance(exc, errors.Error):
@@ -328,3 +357,34 @@ def bind(table: Table, dialect: Dialect, column: str, value: Any) -> Any:
     """``value`` as ``table.column``'s bind processor sends it."""
     process = table.c[column].type.dialect_impl(dialect).bind_processor(dialect)
     return process(value) if process is not None else value
+
+
+class Loader:
+    """Rows of one mapped class read on a driver connection, turned into the objects a
+    Session would have loaded and expunged (detached, no pending changes), with the columns'
+    own result processors (JSON through orjson)."""
+
+    def __init__(self, cls: type[Any], dialect: Dialect) -> None:
+        mapper = cls.__mapper__
+        table: Table = cls.__table__
+        quote = dialect.identifier_preparer.quote
+        self.cls = cls
+        self.keys = [mapper.get_property_by_column(column).key for column in table.columns]
+        self.processors = [
+            column.type.dialect_impl(dialect).result_processor(dialect, None)
+            for column in table.columns
+        ]
+        names = ", ".join(quote(column.name) for column in table.columns)
+        self.select = f"SELECT {names} FROM {quote(table.name)}"  # noqa: S608 (our metadata)
+
+    def objects(self, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
+        out = []
+        for row in rows:
+            values = {
+                key: process(value) if process is not None else value
+                for key, process, value in zip(self.keys, self.processors, row, strict=True)
+            }
+            obj = self.cls(**values)
+            make_transient_to_detached(obj)
+            out.append(obj)
+        return out

@@ -52,7 +52,7 @@ class GroupCommit:
         timeout_s: float = 15.0,
     ) -> None:
         self._engine = engine
-        self._direct = direct
+        self.direct = direct  # (public: the processor loads its batches' rows on it too)
         self._cache = cache
         self._writers = writers
         self._max_batch = max_batch
@@ -138,9 +138,9 @@ class GroupCommit:
     async def _commit(self, changes: list[Change]) -> list[bool]:
         """Commit ``changes``; raises if that failed (then nothing was written). What follows
         the commit (the row objects, Redis) cannot fail it."""
-        if self._direct is not None:  # two round trips per batch (relay_core.db.direct)
-            async with asyncio.timeout(self._timeout_s), self._direct.connection() as raw:
-                written = await write_changes_direct(self._direct, raw, changes)
+        if self.direct is not None:  # two round trips per batch (relay_core.db.direct)
+            async with asyncio.timeout(self._timeout_s), self.direct.connection() as raw:
+                written = await write_changes_direct(self.direct, raw, changes)
         else:
             async with asyncio.timeout(self._timeout_s), self._engine.begin() as conn:
                 written = await write_changes(conn, changes)

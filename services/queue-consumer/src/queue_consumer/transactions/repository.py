@@ -8,6 +8,7 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from relay_core.db.direct import DirectPool
 from relay_core.db.models import Transaction
 from relay_core.statuses import TxStatus
 
@@ -24,6 +25,17 @@ async def load_many(session: AsyncSession, transaction_ids: list[str]) -> dict[s
     found = {tx.id: tx for tx in rows.scalars()}
     session.expunge_all()
     return found
+
+
+async def load_many_direct(
+    direct: DirectPool, transaction_ids: list[str]
+) -> dict[str, Transaction]:
+    """:func:`load_many` in one round trip on a driver connection (relay_core.db.direct): the
+    SELECT and the COMMIT that ends its read together, no ORM loading."""
+    loader = direct.loader(Transaction)
+    marks = ", ".join(["%s"] * len(transaction_ids))  # placeholders: the ids go as parameters
+    rows = await direct.fetch(f"{loader.select} WHERE id IN ({marks}); COMMIT", transaction_ids)
+    return {tx.id: tx for tx in loader.objects(rows)}
 
 
 async def executor_ids_taken(

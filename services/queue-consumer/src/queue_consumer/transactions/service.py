@@ -139,6 +139,8 @@ class TransactionProcessor:
         """Snapshots of a receive batch's rows in one query (``process`` takes them)."""
         if not transaction_ids:
             return {}
+        if self.writes.direct is not None:
+            return await repository.load_many_direct(self.writes.direct, transaction_ids)
         async with self.sessions() as session:
             return await repository.load_many(session, transaction_ids)
 

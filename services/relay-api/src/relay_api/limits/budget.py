@@ -72,13 +72,17 @@ class Budgets:
         self.lease_calls = 0
 
     async def reserve(
-        self, session: AsyncSession, client_id: str, spend_policy: policy.SpendPolicy, value: int
+        self,
+        session: Callable[[], AsyncSession],
+        client_id: str,
+        spend_policy: policy.SpendPolicy,
+        value: int,
     ) -> GiveBack:
         """Reserve ``value`` of the client's daily budget for a transaction about to be
-        written in ``session``, or refuse (:class:`relay_core.policy.PolicyRefused`). Call
-        what it returns if that transaction is not committed after all (a reservation made in
-        ``session`` itself goes with its rollback; one taken from a lease is given back to
-        it)."""
+        written in ``session()`` (opened only if this needs it), or refuse
+        (:class:`relay_core.policy.PolicyRefused`). Call what it returns if that transaction
+        is not committed after all (a reservation made in ``session()`` itself goes with its
+        rollback; one taken from a lease is given back to it)."""
         budget = spend_policy.daily_value_wei
         if budget is None or value == 0:
             return _nothing
@@ -93,7 +97,7 @@ class Budgets:
                     give_back = await self._new_lease(client_id, value)
         if give_back is not None:
             return give_back
-        await policy.reserve(session, client_id, spend_policy, value, utcnow())
+        await policy.reserve(session(), client_id, spend_policy, value, utcnow())
         return _nothing
 
     def _may_lease(self, client_id: str, budget: int, value: int) -> bool:

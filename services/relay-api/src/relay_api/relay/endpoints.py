@@ -9,6 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query
 
 from relay_api import metrics
+from relay_api.auth.service import Caller
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay import service
@@ -22,6 +23,7 @@ from relay_api.relay.schemas import (
     TransactionPage,
 )
 from relay_api.responses import Json
+from relay_api.runtime import Runtime
 from relay_core.statuses import TxStatus
 
 router = APIRouter(prefix="/api/v1/relay", tags=["relay"])
@@ -67,6 +69,13 @@ async def submit_direct(
     idempotency_key: IdempotencyKey = None,
 ) -> Json:
     """Accept a transaction to send as is. Answers 202 once the request is durable."""
+    return await accept_direct(body, caller, runtime, idempotency_key)
+
+
+async def accept_direct(
+    body: DirectRequest, caller: Caller, runtime: Runtime, idempotency_key: str | None
+) -> Json:
+    """The route's work, also run by ``relay_api.fastpath`` for well-formed requests."""
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
     started = time.perf_counter()

@@ -3,41 +3,54 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import and_, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core.db.direct import DirectPool
 from relay_core.db.models import TRANSACTIONS, Transaction
+
+if TYPE_CHECKING:
+    from relay_api.deps import UnitOfWork
 
 # Built once: a statement built per request (values bound into it) costs its construction and
 # its cache key on every call; the parameters are passed beside it instead.
 _INSERT = insert(TRANSACTIONS)
 
 
-async def add(session: AsyncSession, tx: Transaction, direct: DirectPool | None = None) -> bool:
-    """One Core INSERT of the row, with the model's defaults filled in on ``tx``. Returns
-    whether it is already committed: with ``direct`` (MySQL) and nothing else done in
-    ``session``, the INSERT and its COMMIT go out as one round trip on a driver connection
-    (relay_core.db.direct); otherwise the INSERT runs in ``session`` for its unit of work
-    to commit.
+_KEYS = [column.key for column in TRANSACTIONS.columns]
+_DEFAULTS = [
+    (column.key, column.default.arg)  # type: ignore[attr-defined]
+    for column in TRANSACTIONS.columns
+    if column.default is not None
+]
+
+
+def new_row(**values: Any) -> dict[str, Any]:
+    """A new transaction row: every column, the model's defaults where ``values`` has none
+    (a plain dict: an ORM object costs its instrumentation for nothing on the accept path)."""
+    row = dict.fromkeys(_KEYS)
+    row.update(values)
+    for key, default in _DEFAULTS:
+        if row[key] is None:
+            row[key] = default(None) if callable(default) else default
+    return row
+
+
+async def add(uow: UnitOfWork, row: dict[str, Any]) -> bool:
+    """One Core INSERT of ``row`` (:func:`new_row`). Returns whether it is already committed:
+    on MySQL, with nothing else done in the unit of work, the INSERT and its COMMIT go out as
+    one round trip on a driver connection (relay_core.db.direct) and no session is opened;
+    otherwise the INSERT runs in the unit of work's session, for it to commit.
 
     The ORM unit of work (flush planning, identity map) costs more CPU than the statement for a
-    single row on the accept path; ``tx`` stays a plain object outside the session.
+    single row on the accept path.
     """
-    values = {}
-    for column in TRANSACTIONS.columns:
-        value = getattr(tx, column.key)
-        if value is None and column.default is not None:
-            default = column.default.arg  # type: ignore[attr-defined]
-            value = default(None) if callable(default) else default
-            setattr(tx, column.key, value)
-        values[column.key] = value
-    if direct is not None and not session.in_transaction():
-        sql, args = direct.row(TRANSACTIONS).insert([values])
-        await direct.run(f"{sql}; COMMIT", args)
+    if uow.direct is not None and not uow.in_transaction:
+        sql, args = uow.direct.row(TRANSACTIONS).insert([row])
+        await uow.direct.run(f"{sql}; COMMIT", args)
         return True
-    await session.execute(_INSERT, values)
+    await uow.session.execute(_INSERT, row)
     return False
 
 

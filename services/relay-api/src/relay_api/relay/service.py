@@ -247,7 +247,6 @@ async def accept(
     """Insert the row; the unit of work commits and then publishes its outbox. The client's
     spend policy is checked first, and its daily budget reserved (relay_core.policy,
     relay_api.limits.budget): given back if the row is not committed."""
-    session = uow.session
     fingerprint = jsonutil.fingerprint(
         {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
     )
@@ -255,17 +254,19 @@ async def accept(
     spend = policy.Spend.of(new.type, new.request)
     try:
         caller.policy.check(spend)
-        give_back = await budgets.reserve(session, caller.id, caller.policy, spend.value)
+        give_back = await budgets.reserve(
+            lambda: uow.session, caller.id, caller.policy, spend.value
+        )
     except policy.PolicyRefused:
         # A retry of a request accepted before its policy changed (or its budget ran out,
         # by this very request) is answered as it was then.
         if idempotency_key is not None:
-            await session.rollback()
-            replayed = await _replay(session, caller, idempotency_key, fingerprint)
+            await uow.rollback()
+            replayed = await _replay(uow.session, caller, idempotency_key, fingerprint)
             if replayed is not None:
                 return replayed
         raise
-    tx = Transaction(
+    row = repository.new_row(
         client_id=caller.id,
         type=new.type.value,
         status=TxStatus.pending.value,
@@ -281,17 +282,18 @@ async def accept(
     )
     uow.on_rollback.append(give_back)
     try:
-        committed = await repository.add(session, tx, uow.direct)
+        committed = await repository.add(uow, row)
     except IntegrityError:
-        await session.rollback()
+        await uow.rollback()
         give_back()
         uow.on_rollback.remove(give_back)
-        return await _resolve_duplicate(session, caller, new, idempotency_key, fingerprint)
+        return await _resolve_duplicate(uow.session, caller, new, idempotency_key, fingerprint)
     if committed:  # durable already: nothing left for a rollback to give back
         uow.on_rollback.remove(give_back)
-    uow.outbox.append(TransactionMessage.new(tx.id, new.type, tracing.current(), new.lane))
+    tx_id = row["id"]
+    uow.outbox.append(TransactionMessage.new(tx_id, new.type, tracing.current(), new.lane))
     metrics.ACCEPTED.inc(new.type.value, new.lane)
-    return Accepted(transaction_id=tx.id, created_at=rfc3339(now) or "", replayed=False)
+    return Accepted(transaction_id=tx_id, created_at=rfc3339(now) or "", replayed=False)
 
 
 async def _resolve_duplicate(
