@@ -1,5 +1,6 @@
-"""relay_api.fastpath: a well-formed submission is served past FastAPI's routing with the
-route's own answer; anything else reaches the app and gets the app's answer."""
+"""relay_api.fastpath: a well-formed submission or status read is served past FastAPI's
+routing with the route's own answer; anything else reaches the app and gets the app's
+answer."""
 
 from __future__ import annotations
 
@@ -8,14 +9,14 @@ from typing import Any
 import httpx
 from api_testkit import DEAD
 
-from relay_api.fastpath import FastSubmit
+from relay_api.fastpath import FastPath
 from relay_api.runtime import Runtime
 
 
-def _fast(client: httpx.AsyncClient) -> FastSubmit:
+def _fast(client: httpx.AsyncClient) -> FastPath:
     app: Any = client._transport.app  # type: ignore[attr-defined]
     layer = app.middleware_stack
-    while not isinstance(layer, FastSubmit):
+    while not isinstance(layer, FastPath):
         layer = layer.app
     return layer
 
@@ -58,3 +59,30 @@ async def test_refusals_are_the_apps_own_whichever_way_they_came(
         assert set(response.json()) >= {"error", "detail"}
     fast = _fast(client)
     assert (fast.served, fast.passed) == (4, 3)
+
+
+async def test_status_reads_are_served_here_when_the_id_is_a_plain_uuid(
+    client: httpx.AsyncClient, api_key: str, new_key: Any
+) -> None:
+    key = {"X-API-Key": api_key}
+    accepted = await client.post("/api/v1/relay/direct", json={"to": DEAD}, headers=key)
+    tx_id = accepted.json()["transactionId"]
+    fast = _fast(client)
+    served = fast.served
+    ok = await client.get(f"/api/v1/relay/status/{tx_id}", headers=key)
+    upper = await client.get(f"/api/v1/relay/status/{tx_id.upper()}", headers=key)
+    assert ok.status_code == upper.status_code == 200
+    assert ok.json()["transactionId"] == upper.json()["transactionId"] == tx_id
+    assert ok.headers["x-cache"] in {"hit", "miss"}
+    other = {"X-API-Key": await new_key("other")}
+    assert (await client.get(f"/api/v1/relay/status/{tx_id}", headers=other)).status_code == 404
+    assert (await client.get(f"/api/v1/relay/status/{tx_id}")).status_code == 401
+    assert fast.served - served == 4
+    passed = fast.passed
+    # Not in the usual form: the app decides, as it always has.
+    hex_only = await client.get(f"/api/v1/relay/status/{tx_id.replace('-', '')}", headers=key)
+    assert hex_only.status_code == 200
+    assert (await client.get("/api/v1/relay/status/nope", headers=key)).status_code == 422
+    assert fast.passed - passed == 2
+    metrics = (await client.get("/metrics")).text
+    assert 'route="/api/v1/relay/status/{transactionId}",status="200"' in metrics

@@ -11,7 +11,7 @@ from relay_api import errors, openapi
 from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.dashboard.endpoints import router as dashboard_router
-from relay_api.fastpath import FastSubmit
+from relay_api.fastpath import FastPath
 from relay_api.health.endpoints import router as health_router
 from relay_api.middleware import BodySizeLimit, Observe
 from relay_api.queues.endpoints import dlq_router
@@ -50,8 +50,8 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
         # export is on, and look the global providers up on every request even while off.
         telemetry={"tracing": False, "metrics": False, "logs": False},
     )
-    # innermost: a well-formed submission skips FastAPI's routing and dependencies
-    app.add_middleware(FastSubmit, fastapi=app)
+    # innermost: a well-formed submission or status read skips FastAPI's machinery
+    app.add_middleware(FastPath, fastapi=app)
     app.add_middleware(BodySizeLimit, max_bytes=settings.max_body_bytes)
     app.add_middleware(Observe)  # outermost: a refused body still gets its id and its count
     errors.install(app)

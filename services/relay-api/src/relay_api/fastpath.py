@@ -1,18 +1,22 @@
-"""``POST /api/v1/relay/direct`` without FastAPI's request machinery, when it is well-formed.
+"""The two hot routes without FastAPI's request machinery, when the request is well-formed.
 
-Routing, dependency resolution and body parsing cost ~0.12-0.14 ms of CPU per request here
-against ~0.01 ms for reading the body and validating it directly (docs/performance.md, issue
-18): a sixth of the accept path. :class:`FastSubmit` answers the route itself when the request
-is plainly well-formed (JSON content type, a body that validates as ``DirectRequest``) and
-runs exactly what the route runs (``relay_api.relay.endpoints.accept_direct``) with the same
-caller check (``relay_api.deps.get_caller``); an error on the way is rendered by the app's own
-exception handlers. Anything else (a malformed body, another content type, any other route)
-goes to the FastAPI app untouched, with the body it already read handed back, so every
-refusal is the one the app has always given.
+Routing, dependency resolution and parameter parsing cost ~0.12-0.14 ms of CPU per request
+here against ~0.01 ms for reading and validating the request directly (docs/performance.md,
+issue 18): a sixth of the accept path and most of a status answered from Redis.
+:class:`FastPath` answers ``POST /api/v1/relay/direct`` when it is plainly well-formed (JSON
+content type, a body that validates as ``DirectRequest``) and ``GET
+/api/v1/relay/status/{transactionId}`` when the id is a UUID in its usual form, by running
+exactly what the routes run (``relay_api.relay.endpoints.accept_direct`` and ``get_status``)
+with the same caller check (``relay_api.deps.get_caller``); an error on the way is rendered by
+the app's own exception handlers. Anything else (a malformed body or id, another content
+type, any other route) goes to the FastAPI app untouched, with the body it already read
+handed back, so every refusal is the one the app has always given.
 """
 
 from __future__ import annotations
 
+import re
+import uuid
 from typing import Any
 
 import orjson
@@ -25,22 +29,48 @@ from relay_api import deps
 from relay_api.relay import endpoints
 from relay_api.relay.schemas import DirectRequest
 
-PATH = "/api/v1/relay/direct"
+SUBMIT = "/api/v1/relay/direct"
+STATUS = "/api/v1/relay/status/{transactionId}"
+_STATUS_PREFIX = "/api/v1/relay/status/"
+_UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
 
-class FastSubmit:
+class FastPath:
     def __init__(self, app: ASGIApp, fastapi: FastAPI) -> None:
         self.app = app
         self._fastapi = fastapi
         self.served = self.passed = 0  # (tests and the curious)
-        self._route = next(
-            route for route in endpoints.router.routes if getattr(route, "path", None) == PATH
-        )
+        routes = {getattr(route, "path", None): route for route in endpoints.router.routes}
+        self._submit_route, self._status_route = routes[SUBMIT], routes[STATUS]
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["method"] != "POST" or scope["path"] != PATH:
+        if scope["type"] == "http":
+            method, path = scope["method"], scope["path"]
+            if method == "POST" and path == SUBMIT:
+                await self._submit(scope, receive, send)
+                return
+            if method == "GET" and path.startswith(_STATUS_PREFIX):
+                await self._status(scope, receive, send, path[len(_STATUS_PREFIX) :])
+                return
+        await self.app(scope, receive, send)
+
+    async def _status(self, scope: Scope, receive: Receive, send: Send, given: str) -> None:
+        if not _UUID.fullmatch(given):
+            self.passed += 1
             await self.app(scope, receive, send)
             return
+        self.served += 1
+        scope["route"] = self._status_route
+        request = Request(scope, receive)
+        try:
+            runtime = request.app.state.runtime
+            caller = await deps.get_caller(request, runtime, _header(scope, b"x-api-key"))
+            response: Any = await endpoints.get_status(uuid.UUID(given), caller, runtime)
+        except Exception as exc:
+            response = await self._handled(request, exc)
+        await response(scope, receive, send)
+
+    async def _submit(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             body = await _read_body(receive)
         except Exception as exc:  # a body over the limit (BodySizeLimit), as the app renders it
@@ -53,7 +83,7 @@ class FastSubmit:
             await self.app(scope, _replay(body, receive), send)
             return
         self.served += 1
-        scope["route"] = self._route  # the route template for metrics and logs
+        scope["route"] = self._submit_route  # the route template for metrics and logs
         request = Request(scope, _replay(body, receive))
         try:
             runtime = request.app.state.runtime
