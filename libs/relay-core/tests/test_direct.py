@@ -209,3 +209,21 @@ async def test_a_transaction_committed_as_a_statement_goes_back_without_a_rollba
         (after,) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_rollback'")
     assert after == before
     assert pool.connects == 1
+
+
+async def test_a_waiter_cancelled_after_its_wake_passes_the_connection_on(
+    engine: AsyncEngine,
+) -> None:
+    pool = DirectPool.create(engine, size=1, timeout_s=2.0)
+    assert pool is not None
+    try:
+        async with pool.connection():
+            first = asyncio.create_task(pool.run("SELECT 1"))
+            second = asyncio.create_task(pool.run("SELECT 1"))
+            await asyncio.sleep(0.05)  # both wait for the one connection
+        first.cancel()  # woken by the release, cancelled before it could take it
+        assert await asyncio.wait_for(second, 1.0) == [1]
+        with pytest.raises(asyncio.CancelledError):
+            await first
+    finally:
+        await pool.close()

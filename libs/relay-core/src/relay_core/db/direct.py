@@ -55,6 +55,7 @@ class DirectPool:
         *,
         size: int,
         timeout_s: float,
+        connect_timeout_s: float = 3.0,
         recycle_s: float = 1800.0,
     ) -> None:
         import asyncmy  # the db extra's driver; only MySQL URLs get here
@@ -62,7 +63,7 @@ class DirectPool:
         self._asyncmy = asyncmy
         self.dialect: Dialect = engine.dialect
         _, kwargs = engine.dialect.create_connect_args(engine.url)
-        self._connect_kwargs = kwargs
+        self._connect_kwargs = {**kwargs, "connect_timeout": connect_timeout_s}
         self._size = size
         self._timeout_s = timeout_s
         self._recycle_s = recycle_s
@@ -76,10 +77,12 @@ class DirectPool:
         self.connects = 0
 
     @classmethod
-    def create(cls, engine: AsyncEngine, *, size: int, timeout_s: float) -> DirectPool | None:
+    def create(
+        cls, engine: AsyncEngine, *, size: int, timeout_s: float, connect_timeout_s: float = 3.0
+    ) -> DirectPool | None:
         if engine.dialect.name != "mysql" or engine.dialect.driver != "asyncmy" or size < 1:
             return None
-        return cls(engine, size=size, timeout_s=timeout_s)
+        return cls(engine, size=size, timeout_s=timeout_s, connect_timeout_s=connect_timeout_s)
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -92,6 +95,7 @@ class DirectPool:
             engine,
             size=settings.database_direct_pool_size,
             timeout_s=settings.database_pool_timeout_s,
+            connect_timeout_s=settings.database_connect_timeout_s,
         )
         try:
             yield pool
@@ -183,6 +187,10 @@ class DirectPool:
                     TimeoutError(f"no direct connection free within {self._timeout_s} s"),
                     Exception,
                 ) from None
+            except asyncio.CancelledError:
+                if waiter.done() and not waiter.cancelled():
+                    self._wake()  # woken, then cancelled: the wake goes to the next in line
+                raise
             finally:
                 if waiter in self._waiters:
                     self._waiters.remove(waiter)
