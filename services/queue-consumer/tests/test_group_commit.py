@@ -75,11 +75,10 @@ async def _load(setup: dict[str, Any], ids: list[str]) -> dict[str, Transaction]
         return await repository.load_many(session, ids)
 
 
+@pytest.mark.parametrize("setup", ["direct"], indirect=True)  # the direct pool's read
 async def test_rows_read_on_the_driver_connection_are_those_the_orm_reads(
     setup: dict[str, Any],
 ) -> None:
-    if setup["direct"] is None:
-        pytest.skip("the direct pool's read")
     ids = seed_rows(setup["database_url"], 3)
     async with setup["sessions"]() as session, session.begin():  # JSON null, dates, text
         await session.execute(
