@@ -28,17 +28,18 @@ def install() -> None:
     if getattr(make_api_call, "_bench_counted", False):
         return
 
-    async def counted_api_call(
-        self: Any, operation_name: str, api_params: Any, make: Any = make_api_call
-    ) -> Any:
-        SQS[operation_name] += 1
-        response = await make(self, operation_name, api_params)
+    def count(operation_name: str, response: Any) -> Any:
+        """What a ReceiveMessage returned (the call itself is counted before it is made)."""
         if operation_name == "ReceiveMessage":
             received = len(response.get("Messages", []))
             SQS["ReceiveMessage.messages"] += received
             if not received:
                 SQS["ReceiveMessage.empty"] += 1
         return response
+
+    async def counted_api_call(self: Any, operation_name: str, api_params: Any) -> Any:
+        SQS[operation_name] += 1
+        return count(operation_name, await make_api_call(self, operation_name, api_params))
 
     counted_api_call._bench_counted = True  # type: ignore[attr-defined]
     AioBaseClient._make_api_call = counted_api_call
@@ -48,9 +49,8 @@ def install() -> None:
     wire_call = SqsWire._call
 
     async def counted_wire_call(self: Any, action: str, payload: Any) -> Any:
-        return await counted_api_call(
-            None, action, payload, make=lambda _s, _a, _p: wire_call(self, action, payload)
-        )
+        SQS[action] += 1
+        return count(action, await wire_call(self, action, payload))
 
     SqsWire._call = counted_wire_call  # type: ignore[method-assign]
 

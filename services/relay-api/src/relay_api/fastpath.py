@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import orjson
@@ -26,6 +27,7 @@ from starlette.requests import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from relay_api import deps
+from relay_api.auth.service import Caller
 from relay_api.relay import endpoints
 from relay_api.relay.schemas import DirectRequest
 
@@ -59,16 +61,13 @@ class FastPath:
             self.passed += 1
             await self.app(scope, receive, send)
             return
-        self.served += 1
-        scope["route"] = self._status_route
-        request = Request(scope, receive)
-        try:
-            runtime = request.app.state.runtime
-            caller = await deps.get_caller(request, runtime, _header(scope, b"x-api-key"))
-            response: Any = await endpoints.get_status(uuid.UUID(given), caller, runtime)
-        except Exception as exc:
-            response = await self._handled(request, exc)
-        await response(scope, receive, send)
+        transaction_id = uuid.UUID(given)
+        await self._serve(
+            Request(scope, receive),
+            self._status_route,
+            lambda caller, runtime: endpoints.get_status(transaction_id, caller, runtime),
+            send,
+        )
 
     async def _submit(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
@@ -82,18 +81,32 @@ class FastPath:
             self.passed += 1
             await self.app(scope, _replay(body, receive), send)
             return
+        key = _header(scope, b"idempotency-key")
+        await self._serve(
+            Request(scope, _replay(body, receive)),
+            self._submit_route,
+            lambda caller, runtime: endpoints.accept_direct(body_model, caller, runtime, key),
+            send,
+        )
+
+    async def _serve(
+        self,
+        request: Request,
+        route: Any,
+        work: Callable[[Caller, Any], Awaitable[Any]],
+        send: Send,
+    ) -> None:
+        """The route's ``work`` for the checked caller, or the app's answer to what failed."""
         self.served += 1
-        scope["route"] = self._submit_route  # the route template for metrics and logs
-        request = Request(scope, _replay(body, receive))
+        scope = request.scope
+        scope["route"] = route  # the route template for metrics and logs
         try:
             runtime = request.app.state.runtime
             caller = await deps.get_caller(request, runtime, _header(scope, b"x-api-key"))
-            response: Any = await endpoints.accept_direct(
-                body_model, caller, runtime, _header(scope, b"idempotency-key")
-            )
+            response = await work(caller, runtime)
         except Exception as exc:
             response = await self._handled(request, exc)
-        await response(scope, receive, send)
+        await response(scope, request.receive, send)
 
     async def _handled(self, request: Request, exc: Exception) -> Any:
         """The response the app's exception handlers give ``exc`` (the most specific)."""
