@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import os
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -85,7 +86,14 @@ async def prepare(
     to = executor_address(label)
     database_url = run.database(label)
     queue_name = f"bench-{run.run_id}-{label}"
-    ids = infra.seed_rows(database_url, messages, to=to)
+    # Under --spend-policy the rows' client has the API's policy (its destination allowed,
+    # 1 wei each, a daily budget with ``budget``): the consumer checks it again before each
+    # submission, as it does in production.
+    policy = os.environ.get("BENCH_SPEND_POLICY")
+    client_id = infra.create_client(database_url, name="seed", spend_policy=policy, allowed_to=to)
+    ids = infra.seed_rows(
+        database_url, messages, client_id=client_id, to=to, value="1" if policy else "0"
+    )
     async with run.sqs_client(queue_name) as sqs:
         queue_url, dlq_url = await run.create_queues(sqs, queue_name)
         if preload:

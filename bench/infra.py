@@ -361,11 +361,12 @@ def create_client(
     name: str = "bench",
     *,
     spend_policy: str | None = None,
+    allowed_to: str = DEAD,
 ) -> str:
     """Insert an API client (with ``key`` if given) whose rate limit the benchmarks cannot
     reach; returns its id. ``spend_policy``: ``rules`` sets every per-transaction rule of a
-    spend policy, ``budget`` those and a daily budget (a reservation on each request); the
-    benchmark's requests break none of them."""
+    spend policy (``allowed_to`` the one destination allowed), ``budget`` those and a daily
+    budget (a reservation on each request); the benchmark's requests break none of them."""
     engine = create_engine(sync_url(database_url))
     client_id = str(uuid.uuid4())
     secret = key or apikeys.generate_key()
@@ -384,7 +385,7 @@ def create_client(
                 rate_limit_burst=1_000_000,
                 **(
                     {
-                        "policy_allowed_to": [DEAD.lower()],
+                        "policy_allowed_to": [allowed_to.lower()],
                         "policy_max_value_wei": str(10**18),
                         "policy_daily_value_wei": str(10**30) if spend_policy == "budget" else None,
                         "policy_max_gas": 1_000_000,
@@ -407,6 +408,7 @@ def seed_rows(
     executor_ids: Sequence[str] | None = None,
     start_index: int = 0,
     to: str = DEAD,
+    value: str = "0",
 ) -> list[str]:
     """Bulk-insert ``count`` transactions (distinct calldata each), like the consumer tests'
     seed_rows. ``executor_ids`` marks them as known to the executor (status refresh)."""
@@ -425,7 +427,7 @@ def seed_rows(
             "request": {
                 "to": to,
                 "data": f"0x{start_index + i:08x}",
-                "value": "0",
+                "value": value,
                 "gasLimit": "100000",  # what a client under a gas rule names (--spend-policy)
                 "speed": "fast",
             },
