@@ -105,7 +105,7 @@ def install() -> None:
     direct_send, direct_connect = direct._send, direct.DirectPool._connect
     direct_rollback = direct.DirectPool._rollback
 
-    async def counted_direct(conn: Any, sql: str, args: Any, *, rows: bool) -> Any:
+    async def counted_direct(conn: Any, sql: str, args: Any, **options: Any) -> Any:
         # One round trip, however many statements it carries: named by all of them, a run
         # of the same one as "xN" (a group commit's compare-and-sets).
         kinds: list[list[Any]] = []
@@ -116,7 +116,7 @@ def install() -> None:
             else:
                 kinds.append([kind, 1])
         COUNTS.add("+".join(k if n == 1 else f"{k} x{n}" for k, n in kinds))
-        return await direct_send(conn, sql, args, rows=rows)
+        return await direct_send(conn, sql, args, **options)
 
     async def counted_connect(self: Any) -> Any:
         COUNTS.connects += 1

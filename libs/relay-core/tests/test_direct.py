@@ -1,6 +1,7 @@
-"""The direct pool (relay_core.db.direct): statements sent together in one round trip, values
-converted as SQLAlchemy converts them, SQLAlchemy's exceptions, and a pool that keeps what
-is healthy and drops what is not."""
+"""The direct pool (relay_core.db.direct): a statement committed by itself, statements sent
+together as one transaction in one round trip, fixed statements prepared once per
+connection, values converted as SQLAlchemy converts them, SQLAlchemy's exceptions, and a pool
+that keeps what is healthy and drops what is not."""
 
 from __future__ import annotations
 
@@ -56,8 +57,9 @@ def test_only_mysql_through_asyncmy_gets_a_direct_pool(tmp_path: object) -> None
     assert DirectPool.create(sqlite, size=4, timeout_s=1.0) is None
 
 
-async def test_a_multi_row_insert_and_its_commit_are_one_round_trip_with_sqlalchemy_values(
-    engine: AsyncEngine, pool: DirectPool
+@pytest.mark.parametrize("prepare", [False, True], ids=["text", "prepared"])
+async def test_an_insert_commits_by_itself_in_one_round_trip_with_sqlalchemy_values(
+    engine: AsyncEngine, pool: DirectPool, prepare: bool
 ) -> None:
     at = datetime(2026, 11, 25, 8, 0, 0, 123456)
     rows = [
@@ -65,7 +67,7 @@ async def test_a_multi_row_insert_and_its_commit_are_one_round_trip_with_sqlalch
         {"id": 2, "name": "b", "doc": None, "at": None},
     ]
     sql, args = pool.row(PROBE).insert(rows)
-    assert await pool.run(f"{sql}; COMMIT", args) == [2, 0]
+    assert await pool.run(sql, args, prepare=prepare) == [2]
     async with engine.connect() as conn:
         raw = [tuple(r) for r in await conn.execute(text("SELECT id, doc, at FROM probe"))]
         # None in a JSON column is JSON null, as SQLAlchemy writes it (not SQL NULL)
@@ -79,15 +81,14 @@ async def test_each_statement_reports_its_rows_and_nothing_is_left_open(
     engine: AsyncEngine, pool: DirectPool
 ) -> None:
     sql, args = pool.row(PROBE, ("id", "name")).insert([{"id": i, "name": "x"} for i in (1, 2, 3)])
-    await pool.run(f"{sql}; COMMIT", args)
+    await pool.run(sql, args)
     counts = await pool.run(
-        "UPDATE probe SET name = %s WHERE id = %s; UPDATE probe SET name = %s WHERE id = %s; "
-        "COMMIT",
+        ["UPDATE probe SET name = %s WHERE id = %s", "UPDATE probe SET name = %s WHERE id = %s"],
         ["y", 2, "y", 99],
     )
-    assert counts == [1, 0, 0]
+    assert counts == [1, 0]
     async with pool.connection() as conn:  # left open: rolled back, not committed
-        await direct_db.execute(conn, "UPDATE probe SET name = 'z' WHERE id = 1")
+        await direct_db.execute(conn, "START TRANSACTION; UPDATE probe SET name = 'z' WHERE id = 1")
     assert [r[1] for r in await _rows(engine)] == ["x", "y", "x"]
     assert pool.connects == 1  # and the connection was kept
 
@@ -96,11 +97,11 @@ async def test_a_duplicate_is_sqlalchemys_integrity_error_and_the_connection_is_
     engine: AsyncEngine, pool: DirectPool
 ) -> None:
     sql, args = pool.row(PROBE, ("id",)).insert([{"id": 1}])
-    await pool.run(f"{sql}; COMMIT", args)
+    await pool.run(sql, args, prepare=True)
     with pytest.raises(IntegrityError) as raised:
-        await pool.run(f"{sql}; COMMIT", args)
+        await pool.run(sql, args, prepare=True)
     assert not raised.value.connection_invalidated
-    await pool.run("UPDATE probe SET name = 'ok' WHERE id = 1; COMMIT")
+    await pool.run("UPDATE probe SET name = 'ok' WHERE id = 1")
     assert pool.connects == 1
     assert await _rows(engine) == [(1, "ok", None, None)]
 
@@ -111,7 +112,7 @@ async def test_a_failure_mid_batch_commits_nothing_of_it(
     too_long = "x" * 50  # name is VARCHAR(8): strict mode refuses it
     with pytest.raises(DBAPIError):
         await pool.run(
-            "INSERT INTO probe (id) VALUES (1); UPDATE probe SET name = %s WHERE id = 1; COMMIT",
+            ["INSERT INTO probe (id) VALUES (1)", "UPDATE probe SET name = %s WHERE id = 1"],
             [too_long],
         )
     assert await _rows(engine) == []
@@ -125,7 +126,7 @@ async def test_a_connection_killed_while_idle_is_never_handed_out(
     async with engine.connect() as conn:
         await conn.execute(text(f"KILL {int(victim)}"))
     await asyncio.sleep(0.1)  # the server's close reaches the socket
-    assert await pool.run("INSERT INTO probe (id) VALUES (7); COMMIT") == [1, 0]
+    assert await pool.run("INSERT INTO probe (id) VALUES (7)") == [1]
     assert pool.connects == 2
 
 
@@ -147,7 +148,7 @@ async def test_a_connection_lost_mid_statement_is_dropped_with_every_idle_one(
     assert raised.value.connection_invalidated
     assert pool.connects == 2
     # The idle one went with it (a restarted server leaves them all dead): a new one serves.
-    assert await pool.run("INSERT INTO probe (id) VALUES (7); COMMIT") == [1, 0]
+    assert await pool.run("INSERT INTO probe (id) VALUES (7)") == [1]
     assert pool.connects == 3
 
 
@@ -173,15 +174,17 @@ async def test_a_deadlock_victim_is_sent_again(
     execute = direct_db.execute
     calls: list[str] = []
 
-    async def deadlocked_once(conn: object, sql: str, args: object = ()) -> list[int]:
+    async def deadlocked_once(
+        conn: object, sql: str, args: object = (), *, prepare: bool = False
+    ) -> list[int]:
         calls.append(sql)
         if len(calls) == 1:
             error = asyncmy.errors.OperationalError(1213, "Deadlock found")
             raise direct_db._translate(sql, [], error, invalidated=False) from error
-        return await execute(conn, sql, args)  # type: ignore[arg-type]
+        return await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
 
     monkeypatch.setattr(direct_db, "execute", deadlocked_once)
-    assert await pool.run("INSERT INTO probe (id) VALUES (1); COMMIT") == [1, 0]
+    assert await pool.run("INSERT INTO probe (id) VALUES (1)") == [1]
     assert len(calls) == 2
     assert [r[0] for r in await _rows(engine)] == [1]
 
@@ -192,19 +195,20 @@ async def _fetch(conn: object, sql: str) -> list[tuple[object, ...]]:
         return list(await cursor.fetchall())
 
 
-async def test_a_transaction_committed_as_a_statement_goes_back_without_a_rollback(
+async def test_a_finished_transaction_goes_back_without_a_rollback(
     engine: AsyncEngine, pool: DirectPool
 ) -> None:
     async with pool.connection() as conn:
-        await direct_db.execute(conn, "INSERT INTO probe (id) VALUES (1); COMMIT")
-        assert not conn.get_transaction_status()
-        await direct_db.execute(conn, "UPDATE probe SET name = 'a' WHERE id = 1")
+        await direct_db.execute(conn, "INSERT INTO probe (id) VALUES (1)")
+        assert not conn.get_transaction_status()  # autocommit: committed by itself
+        await direct_db.execute(conn, "START TRANSACTION; UPDATE probe SET name = 'a' WHERE id = 1")
         assert conn.get_transaction_status()
         await direct_db.execute(conn, "COMMIT")
         assert not conn.get_transaction_status()
         (before,) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_rollback'")
     for _ in range(3):
-        await pool.run("UPDATE probe SET name = 'b' WHERE id = 1; COMMIT")
+        await pool.run("UPDATE probe SET name = 'b' WHERE id = 1")
+        await pool.run(["UPDATE probe SET name = 'c' WHERE id = 1", "DO 1"])
     async with pool.connection() as conn:
         (after,) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_rollback'")
     assert after == before
@@ -227,3 +231,23 @@ async def test_a_waiter_cancelled_after_its_wake_passes_the_connection_on(
             await first
     finally:
         await pool.close()
+
+
+async def test_a_fixed_statement_is_prepared_once_per_connection_and_a_built_one_never(
+    engine: AsyncEngine, pool: DirectPool
+) -> None:
+    insert_one = pool.row(PROBE, ("id", "name")).insert([{"id": 0, "name": ""}])[0]
+    for i in range(1, 4):
+        assert await pool.run(insert_one, [i, "p"], prepare=True) == [1]
+    for i in range(4, 7):  # the same statement as text, and statements built per call
+        assert await pool.run(insert_one, [i, "t"]) == [1]
+        built = f"UPDATE probe SET name = %s WHERE id IN ({i})"  # noqa: S608 (a test literal)
+        assert await pool.run(built, ["u"]) == [1]
+    async with pool.connection() as conn:
+        ((_, prepared),) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_stmt_prepare'")
+        ((_, executed),) = await _fetch(conn, "SHOW SESSION STATUS LIKE 'Com_stmt_execute'")
+    assert (int(prepared), int(executed)) == (1, 3)
+    assert pool.connects == 1
+    assert [r[1] for r in await _rows(engine)] == ["p"] * 3 + ["u"] * 3
+    with pytest.raises(ValueError, match="single statement"):
+        await pool.run([insert_one, insert_one], [7, "x", 8, "x"], prepare=True)

@@ -33,9 +33,9 @@ def recorded(engine: AsyncEngine) -> Iterator[list[str]]:
 
     execute = direct.execute
 
-    async def direct_execute(conn: Any, sql: str, args: Any = ()) -> list[int]:
+    async def direct_execute(conn: Any, sql: str, args: Any = (), **options: Any) -> list[int]:
         seen.append("; ".join(" ".join(part.split()[:3]) for part in sql.split(";")))
-        return await execute(conn, sql, args)
+        return await execute(conn, sql, args, **options)
 
     listeners = (("before_cursor_execute", statement), ("commit", commit), ("rollback", rollback))
     for name, fn in listeners:

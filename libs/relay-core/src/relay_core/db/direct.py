@@ -4,8 +4,17 @@ MariaDB through asyncmy; ``None`` elsewhere, and callers go through SQLAlchemy a
 Why: through a Session, one INSERT and its COMMIT cost ~0.6 ms of client CPU here against
 ~0.17 ms sent on the driver connection (docs/performance.md, issue 18), and the consumer's
 group commit paid one round trip per compare-and-set. Here a statement list goes out as one
-multi-statement query (asyncmy always asks for CLIENT_MULTI_STATEMENTS): the accept path's
-``INSERT; COMMIT`` is one round trip, a group commit's compare-and-sets another.
+multi-statement query (asyncmy always asks for CLIENT_MULTI_STATEMENTS): a group commit's
+compare-and-sets are one round trip, its inserts and COMMIT another.
+
+The connections are in autocommit mode: a single statement (the accept path's INSERT, the
+publisher's mark, a batch's SELECT) is its own transaction, committed by the server with one
+answer (an ``INSERT; COMMIT`` costs two); several statements that must commit together open
+their transaction themselves (:meth:`DirectPool.run` with a list writes ``START TRANSACTION;
+...; COMMIT``). A process's few fixed statements (the accept path's INSERT) can be sent as
+server-side prepared statements (``prepare=True``): prepared once per connection, then only
+their values travel, in the binary protocol, with no escaping. Together, one accepted row's
+INSERT costs about half the client CPU of a text ``INSERT; COMMIT`` (docs/performance.md).
 
 What stays the same: values are converted by the columns' own SQLAlchemy bind processors
 (JSON through orjson, ``None`` as JSON ``null``) and escaped by the driver exactly as before;
@@ -46,6 +55,9 @@ _CLIENT_ERRORS = 2000
 _SERVER_HUNG_UP = frozenset({1053, 1927, 4031})
 _DEADLOCK = 1213  # ER_LOCK_DEADLOCK: the server rolled the transaction back
 _DEADLOCK_TRIES = 3
+# Server-side prepared statements kept per connection: MySQL's max_prepared_stmt_count (16,382
+# by default) is shared by every connection of the server.
+_PREPARED_PER_CONNECTION = 8
 
 
 class DirectPool:
@@ -63,7 +75,14 @@ class DirectPool:
         self._asyncmy = asyncmy
         self.dialect: Dialect = engine.dialect
         _, kwargs = engine.dialect.create_connect_args(engine.url)
-        self._connect_kwargs = {**kwargs, "connect_timeout": connect_timeout_s}
+        self._connect_kwargs = {
+            **kwargs,
+            "connect_timeout": connect_timeout_s,
+            "autocommit": True,
+            # asyncmy's per-connection cache of prepared statements (prepare=True only: a text
+            # statement never reaches it, see _send), least recently used closed past it.
+            "stmt_cache_size": _PREPARED_PER_CONNECTION,
+        }
         self._size = size
         self._timeout_s = timeout_s
         self._recycle_s = recycle_s
@@ -120,20 +139,32 @@ class DirectPool:
         return found
 
     async def fetch(self, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        """The rows of ``sql``'s first statement (a SELECT; the rest, usually ``COMMIT``,
-        ends the read), in one round trip on a connection of its own."""
+        """The rows of ``sql`` (a SELECT, its own transaction), in one round trip on a
+        connection of its own."""
         async with self.connection() as conn:
             return await fetch(conn, sql, args)
 
-    async def run(self, sql: str, args: Sequence[Any] = ()) -> list[int]:
-        """Send ``sql``, one whole transaction (one statement or several, ``;``-separated,
-        ending in ``COMMIT``), in one round trip on a connection of its own; each statement's
-        affected rows. On an error nothing of it is committed. A deadlock victim (the server
-        rolled all of it back) is sent again, up to twice."""
+    async def run(
+        self, sql: str | Sequence[str], args: Sequence[Any] = (), *, prepare: bool = False
+    ) -> list[int]:
+        """One transaction in one round trip on a connection of its own: ``sql`` one
+        statement (committed by itself), or a list of statements sent as ``START
+        TRANSACTION; ...; COMMIT``; ``args`` fill their placeholders in order. Each
+        statement's affected rows. On an error nothing of it is committed. A deadlock victim
+        (the server rolled all of it back) is sent again, up to twice.
+
+        ``prepare``: ``sql`` is one statement the process sends again and again with other
+        values (never one built per call), sent as a prepared statement."""
+        several = not isinstance(sql, str)
+        if several:
+            if prepare:
+                raise ValueError("only a single statement can be prepared")
+            sql = "; ".join(["START TRANSACTION", *sql, "COMMIT"])
         for attempt in range(_DEADLOCK_TRIES):
             try:
                 async with self.connection() as conn:
-                    return await execute(conn, sql, args)
+                    counts = await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
+                    return counts[1:-1] if several else counts
             except DBAPIError as exc:
                 if attempt + 1 == _DEADLOCK_TRIES or _code(exc) != _DEADLOCK:
                     raise
@@ -142,8 +173,9 @@ class DirectPool:
 
     @contextlib.asynccontextmanager
     async def connection(self) -> AsyncIterator[Any]:
-        """A connection for statements that span round trips (:func:`execute` on it); what it
-        leaves uncommitted is rolled back, and one that failed uncleanly is closed."""
+        """A connection for statements that span round trips (:func:`execute` on it; a
+        transaction over several starts with ``START TRANSACTION``); what it leaves
+        uncommitted is rolled back, and one that failed uncleanly is closed."""
         conn = await self._acquire()
         try:
             yield conn
@@ -272,10 +304,12 @@ def _code(exc: BaseException) -> int | None:
     return code if isinstance(code, int) else None
 
 
-async def execute(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[int]:
+async def execute(
+    conn: Any, sql: str, args: Sequence[Any] = (), *, prepare: bool = False
+) -> list[int]:
     """Run ``sql`` on ``conn`` in one round trip; each statement's affected rows. A driver
-    error comes out as SQLAlchemy's exception for it."""
-    counts, _ = await _send(conn, sql, args, rows=False)
+    error comes out as SQLAlchemy's exception for it. ``prepare``: see :meth:`DirectPool.run`."""
+    counts, _ = await _send(conn, sql, args, rows=False, prepare=prepare)
     return counts
 
 
@@ -286,19 +320,26 @@ async def fetch(conn: Any, sql: str, args: Sequence[Any] = ()) -> list[tuple[Any
 
 
 async def _send(
-    conn: Any, sql: str, args: Sequence[Any], *, rows: bool
+    conn: Any, sql: str, args: Sequence[Any], *, rows: bool, prepare: bool = False
 ) -> tuple[list[int], list[tuple[Any, ...]]]:
     try:
         async with conn.cursor() as cursor:
-            await cursor.execute(sql, tuple(args) if args else None)
+            if prepare:  # asyncmy prepares it on first use and keeps it (stmt_cache_size)
+                await cursor.execute(sql, tuple(args))
+            else:
+                # The values escaped into the text here: given to execute, they would make
+                # asyncmy try to prepare every statement, a round trip each time for the
+                # ones built per call.
+                await cursor.execute(cursor.mogrify(sql, tuple(args)) if args else sql)
             fetched = list(await cursor.fetchall()) if rows else []
             counts = [cursor.rowcount]
             while await cursor.nextset():
                 counts.append(cursor.rowcount)
             # asyncmy keeps the connection's server status from a result only when it is not
-            # 0, so after a COMMIT sent as a statement (status 0: no transaction, autocommit
-            # off) the connection still says "in a transaction" and would be rolled back
-            # for nothing on its way back to the pool. The last result knows better.
+            # 0 (which, in autocommit mode, it never is); should a result say 0 (no
+            # transaction, autocommit off) the connection would still say "in a transaction"
+            # and be rolled back for nothing on its way back to the pool. The last result
+            # knows better.
             last = getattr(cursor, "_result", None)
             if last is not None:
                 conn.server_status = last.server_status

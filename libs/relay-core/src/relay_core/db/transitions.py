@@ -99,14 +99,14 @@ async def write_changes_direct(
     direct: DirectPool, conn: Any, changes: Sequence[Change]
 ) -> list[dict[str, Any] | None]:
     """:func:`write_changes` on a driver connection (relay_core.db.direct), and committed:
-    the compare-and-sets go out as one round trip, the event and notification INSERTs with
-    the COMMIT as another, however many changes there are."""
+    the transaction's start and the compare-and-sets go out as one round trip, the event and
+    notification INSERTs with the COMMIT as another, however many changes there are."""
     if not changes:
         return []
     now = utcnow()
     order = _lock_order(changes)
     planned = [changes[index].columns(now) for index in order]
-    statements: list[str] = []
+    statements = ["START TRANSACTION"]  # the connection autocommits otherwise
     args: list[Any] = []
     for index, columns in zip(order, planned, strict=True):
         change = changes[index]
@@ -114,7 +114,7 @@ async def write_changes_direct(
         statements.append(sql)
         args.extend(values(columns))
         args.extend((change.tx.id, change.expected_version))
-    counts = await direct_db.execute(conn, "; ".join(statements), args)
+    _, *counts = await direct_db.execute(conn, "; ".join(statements), args)
     written: list[dict[str, Any] | None] = [None] * len(changes)
     for index, columns, count in zip(order, planned, counts, strict=True):
         if count == 1:

@@ -31,10 +31,10 @@ async def load_many_direct(
     direct: DirectPool, transaction_ids: list[str]
 ) -> dict[str, Transaction]:
     """:func:`load_many` in one round trip on a driver connection (relay_core.db.direct): the
-    SELECT and the COMMIT that ends its read together, no ORM loading."""
+    SELECT is its own transaction, no ORM loading."""
     loader = direct.loader(Transaction)
     marks = ", ".join(["%s"] * len(transaction_ids))  # placeholders: the ids go as parameters
-    rows = await direct.fetch(f"{loader.select} WHERE id IN ({marks}); COMMIT", transaction_ids)
+    rows = await direct.fetch(f"{loader.select} WHERE id IN ({marks})", transaction_ids)
     return {tx.id: tx for tx in loader.objects(rows)}
 
 

@@ -46,12 +46,12 @@ async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:
 
 
 async def mark_enqueued_direct(direct: DirectPool, ids: Collection[str]) -> None:
-    """:func:`mark_enqueued` and its COMMIT in one round trip (relay_core.db.direct)."""
+    """:func:`mark_enqueued`, committed by itself, in one round trip (relay_core.db.direct)."""
     if not ids:
         return
     marks = ", ".join(["%s"] * len(ids))  # placeholders only: the ids go as parameters
     await direct.run(
         f"UPDATE transactions SET enqueued_at = %s WHERE id IN ({marks}) "  # noqa: S608
-        "AND enqueued_at IS NULL; COMMIT",
+        "AND enqueued_at IS NULL",
         [utcnow(), *ids],
     )
