@@ -5,7 +5,7 @@
   messages ReceiveMessage returned;
 - Redis: every command redis-py sends (a Lua script call is one EVALSHA); a pipeline is one
   round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
-- executor: every HTTP request to the executor's API (aiohttp), by method and route.
+- executor: every HTTP request to the executor's API (relay_core.http), by method and route.
 """
 
 from __future__ import annotations
@@ -82,18 +82,17 @@ def install() -> None:
     Pipeline.execute = counted_pipeline_execute  # type: ignore[method-assign]
     Pipeline.immediate_execute_command = counted_immediate  # type: ignore[method-assign]
 
-    import aiohttp
+    from relay_core.http import HttpClient
 
-    request = aiohttp.ClientSession._request
+    request = HttpClient.request
 
-    def counted_request(self: Any, method: str, str_or_url: Any, **kwargs: Any) -> Any:
-        path = str(str_or_url)
-        if "/api/v1/relayers/" in path:  # aiobotocore's SQS calls go through aiohttp too
-            route = _ID.sub("/{id}", path.split("/api/v1/relayers/", 1)[1])
+    def counted_request(self: Any, method: str, target: str, **kwargs: Any) -> Any:
+        if "/api/v1/relayers/" in target:  # SQS's wire calls go through HttpClient too
+            route = _ID.sub("/{id}", target.split("/api/v1/relayers/", 1)[1].split("?")[0])
             HTTP[f"{method} /api/v1/relayers/{route}"] += 1
-        return request(self, method, str_or_url, **kwargs)
+        return request(self, method, target, **kwargs)
 
-    aiohttp.ClientSession._request = counted_request  # type: ignore[method-assign]
+    HttpClient.request = counted_request  # type: ignore[method-assign]
 
 
 def snapshot() -> dict[str, dict[str, int]]:

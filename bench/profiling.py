@@ -41,6 +41,8 @@ LIBRARIES = [
     ("selectors", "asyncio event loop"),
     ("json", "json/orjson"),
     ("orjson", "json/orjson"),
+    ("relay_core/http", "relay_core.http (executor, SQS)"),
+    ("httptools", "relay_core.http (executor, SQS)"),
     ("relay_core", "relay code"),
     ("relay_api", "relay code"),
     ("queue_consumer", "relay code"),

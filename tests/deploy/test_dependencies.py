@@ -67,9 +67,10 @@ def test_the_client_library_is_httpx_alone_and_eth_account_only_for_gasless() ->
     assert "eth-account" in _installs("relay-client")
 
 
-def test_the_consumer_speaks_http_through_aiohttp_only_and_sqs_through_aiobotocore() -> None:
+def test_the_consumer_speaks_http_through_its_own_client_and_sqs_through_aiobotocore() -> None:
     installed = _installs("queue-consumer")
-    assert "aiohttp" in installed
+    assert "httptools" in installed  # relay_core.http: the executor, SQS's hot calls
+    assert "aiohttp" in installed  # callbacks to clients, the chain's JSON-RPC
     assert "aiobotocore" in installed
     assert not installed & {"httpx", "aioboto3", "relay-testkit"}
 

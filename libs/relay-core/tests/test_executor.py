@@ -8,7 +8,6 @@ import json
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-import aiohttp
 import pytest
 
 from relay_core import tracing
@@ -157,9 +156,7 @@ async def test_waiting_for_a_pooled_connection_that_never_frees_is_certain(
     client = ExecutorClient(url, "key", "relayer-1", timeout_s=0.4, max_connections=1)
     try:
         # Occupy the only connection with a request that outlives the test.
-        busy = asyncio.create_task(
-            client._http().get(url, timeout=aiohttp.ClientTimeout(sock_read=30)).__aenter__()
-        )
+        busy = asyncio.create_task(client._http.request("GET", "/", timeout_s=30))
         await asyncio.sleep(0.2)
         with pytest.raises(ExecutorError) as caught:
             await client.submit(PAYLOAD)

@@ -16,15 +16,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
+from http import HTTPStatus
 from typing import Any
+from urllib.parse import quote, urlsplit
 
-import aiohttp
 import orjson
 
-from relay_core import jsonutil, tracing
+from relay_core import http, jsonutil, tracing
 from relay_core.metrics import EXECUTOR_SECONDS
-
-_JSON_HEADERS = {"Content-Type": "application/json"}
 
 
 class ErrorKind(StrEnum):
@@ -127,9 +126,9 @@ def _parse_time(value: Any) -> datetime | None:
 class ExecutorClient:
     """One pooled HTTP client per process; built at start-up, closed at shutdown.
 
-    aiohttp rather than httpx: on the consumer's hot path (one POST per message) httpx's pool
-    bookkeeping cost more CPU than the rest of the message's work (docs/performance.md).
-    The session itself is opened on first use, inside the running event loop.
+    On relay_core.http's keep-alive connections: on the consumer's hot path (one POST per
+    message) httpx's pool bookkeeping, then aiohttp's request machinery, each cost more CPU
+    than the rest of the message's work (docs/performance.md). Connections open on first use.
     """
 
     def __init__(
@@ -141,40 +140,30 @@ class ExecutorClient:
         timeout_s: float = 10.0,
         max_connections: int = 100,
     ) -> None:
-        self._base = f"{base_url.rstrip('/')}/api/v1/relayers/{relayer_id}/transactions"
-        self._headers = {"Authorization": f"Bearer {api_key}"}
-        # connect covers waiting for a pooled connection and opening one: the request was
-        # certainly not sent when it runs out. sock_read: sent, maybe acted upon.
-        self._timeout = aiohttp.ClientTimeout(
-            total=None, connect=min(timeout_s, 3.0), sock_read=timeout_s
+        prefix = urlsplit(base_url).path.rstrip("/")
+        self._base = f"{prefix}/api/v1/relayers/{quote(relayer_id, safe='')}/transactions"
+        self._headers = {"authorization": f"Bearer {api_key}"}
+        self._json_headers = {**self._headers, "content-type": "application/json"}
+        # The connect timeout covers waiting for a pooled connection and opening one: the
+        # request was certainly not sent when it runs out. The read timeout: sent, maybe
+        # acted upon.
+        self._http = http.HttpClient(
+            base_url,
+            max_connections=max_connections,
+            connect_timeout_s=min(timeout_s, 3.0),
+            read_timeout_s=timeout_s,
         )
-        self._max_connections = max_connections
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            self._session = aiohttp.ClientSession(
-                headers=self._headers,
-                timeout=self._timeout,
-                connector=aiohttp.TCPConnector(limit=self._max_connections, ttl_dns_cache=300),
-                raise_for_status=False,
-                auto_decompress=True,
-            )
-        return self._session
 
     async def aclose(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            self._session = None
+        await self._http.aclose()
 
     async def _call(
         self,
         operation: str,
         method: str,
-        url: str,
+        target: str,
         *,
         json: Any = None,
-        params: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """One request, timed by ``operation`` and result, carrying the current trace
         (``x-request-id``, ``traceparent``) when there is one."""
@@ -183,7 +172,7 @@ class ExecutorClient:
         span = None if trace is None else tracing.child(trace, f"executor {operation}")
         result = "ok"
         try:
-            return await self._send(method, url, json, params, span)
+            return await self._send(method, target, json, span)
         except ExecutorError as exc:
             result = exc.kind.value
             raise
@@ -193,42 +182,31 @@ class ExecutorClient:
                 tracing.finish(span, error=None if result == "ok" else result)
 
     async def _send(
-        self,
-        method: str,
-        url: str,
-        json: Any,
-        params: dict[str, Any] | None,
-        trace: tracing.Trace | None,
+        self, method: str, target: str, json: Any, trace: tracing.Trace | None
     ) -> dict[str, Any]:
-        data = None if json is None else orjson.dumps(json)
-        headers = None if data is None else _JSON_HEADERS
+        body = None if json is None else orjson.dumps(json)
+        headers = self._headers if body is None else self._json_headers
         if trace is not None:
             headers = {
-                **(headers or {}),
+                **headers,
                 "x-request-id": trace.request_id,
                 "traceparent": trace.traceparent,
             }
         try:
-            async with self._http().request(
-                method, url, data=data, params=params, headers=headers, allow_redirects=False
-            ) as response:
-                body = await response.read()
-                return self._envelope(
-                    response.status, response.headers, body, response.reason or ""
-                )
-        except aiohttp.ClientConnectorError as exc:
+            response = await self._http.request(method, target, headers=headers, body=body)
+        except http.NotSent as exc:
+            if exc.timeout:  # no connection within the connect timeout: never sent
+                raise ExecutorError(
+                    ErrorKind.timeout, "executor did not answer in time", certain_not_created=True
+                ) from exc
             raise ExecutorError(
                 ErrorKind.connection, "executor refused the connection", certain_not_created=True
             ) from exc
-        except aiohttp.ConnectionTimeoutError as exc:
-            # No connection within the connect timeout: the request was never sent.
-            raise ExecutorError(
-                ErrorKind.timeout, "executor did not answer in time", certain_not_created=True
-            ) from exc
-        except (aiohttp.ServerTimeoutError, TimeoutError) as exc:
+        except http.AnswerTimeout as exc:
             raise ExecutorError(ErrorKind.timeout, "executor did not answer in time") from exc
-        except aiohttp.ClientError as exc:
-            raise ExecutorError(ErrorKind.connection, f"{type(exc).__name__}") from exc
+        except http.HttpError as exc:
+            raise ExecutorError(ErrorKind.connection, f"{type(exc).__name__}: {exc}") from exc
+        return self._envelope(response.status, response.headers, response.body, _reason(response))
 
     @staticmethod
     def _envelope(
@@ -276,20 +254,27 @@ class ExecutorClient:
         return ExecutorTx.from_api(body["data"])
 
     async def get(self, executor_tx_id: str) -> ExecutorTx:
-        body = await self._call("get", "GET", f"{self._base}/{executor_tx_id}")
+        body = await self._call("get", "GET", f"{self._base}/{quote(executor_tx_id, safe='')}")
         return ExecutorTx.from_api(body["data"])
 
     async def cancel(self, executor_tx_id: str) -> ExecutorTx:
-        body = await self._call("cancel", "DELETE", f"{self._base}/{executor_tx_id}")
+        target = f"{self._base}/{quote(executor_tx_id, safe='')}"
+        body = await self._call("cancel", "DELETE", target)
         return ExecutorTx.from_api(body["data"])
 
     async def list_page(self, page: int, per_page: int = 50) -> ExecutorPage:
-        body = await self._call(
-            "list", "GET", self._base, params={"page": page, "per_page": per_page}
-        )
+        query = http.query({"page": page, "per_page": per_page})
+        body = await self._call("list", "GET", f"{self._base}{query}")
         pagination = body.get("pagination") or {}
         total = pagination.get("total_items") if isinstance(pagination, dict) else None
         return ExecutorPage(
             items=[ExecutorTx.from_api(item) for item in body.get("data") or []],
             total_items=int(total) if isinstance(total, int) else None,
         )
+
+
+def _reason(response: http.Response) -> str:
+    try:
+        return HTTPStatus(response.status).phrase
+    except ValueError:
+        return ""

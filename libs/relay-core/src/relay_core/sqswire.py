@@ -5,9 +5,10 @@ of CPU here (parameter validation, the event hooks, serialising, the retry handl
 docs/performance.md, issue 18): a fifth of the consumer's CPU per message and a tenth of the
 API's per request. :class:`SqsWire` sends exactly these three as SQS's JSON protocol (what
 botocore itself sends: ``X-Amz-Target: AmazonSQS.<Action>``, the same body, the same answer)
-over one aiohttp session, signed with Signature Version 4 here (``sign``, checked against
-botocore's signer in the tests), with the credentials and region of the aiobotocore client it
-wraps, whose refreshing credentials (ECS task role, SSO...) it reads at every call.
+over relay_core.http's keep-alive connections, signed with Signature Version 4 here
+(``sign``, checked against botocore's signer in the tests), with the credentials and region
+of the aiobotocore client it wraps, whose refreshing credentials (ECS task role, SSO...) it
+reads at every call.
 
 Everything else (queue URLs, attributes, redrive, move tasks) goes to that client unchanged:
 ``SqsWire`` answers every other method by delegating. Errors keep botocore's shape: AWS errors
@@ -30,9 +31,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import orjson
 from botocore.exceptions import ClientError, NoCredentialsError
+
+from relay_core import http
 
 _CONTENT_TYPE = "application/x-amz-json-1.0"
 _RETRY_CODES = frozenset(
@@ -50,10 +52,10 @@ _RETRY_CODES = frozenset(
 
 
 class SqsWire:
-    def __init__(self, client: Any, credentials: Any, http: aiohttp.ClientSession) -> None:
+    def __init__(self, client: Any, credentials: Any, wire: http.HttpClient) -> None:
         self._client = client
         self._credentials = credentials
-        self._http = http
+        self._http = wire
         meta = client.meta
         self._region = str(meta.region_name)
         self._url = str(meta.endpoint_url)
@@ -75,22 +77,24 @@ class SqsWire:
     async def around(cls, client: Any, session: Any) -> AsyncIterator[SqsWire]:
         """Wrap ``client`` (made by ``session``) for as long as the block runs."""
         config = client.meta.config
-        timeout = aiohttp.ClientTimeout(
-            total=None, sock_connect=config.connect_timeout, sock_read=config.read_timeout
+        # The client's own limits: its pool size, its connect timeout (which here also covers
+        # waiting for a free connection) and its read timeout (longer than a long poll).
+        wire = http.HttpClient(
+            str(client.meta.endpoint_url),
+            max_connections=config.max_pool_connections,
+            connect_timeout_s=config.connect_timeout,
+            read_timeout_s=config.read_timeout,
         )
-        connector = aiohttp.TCPConnector(
-            limit=config.max_pool_connections, keepalive_timeout=30, ttl_dns_cache=300
-        )
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, skip_auto_headers=("User-Agent",)
-        ) as http:
+        try:
             # The credentials the client itself signs with (those given to it, else the
             # session's chain: environment, ECS task role...), refreshing ones included.
             signer = getattr(client, "_request_signer", None)
             credentials = getattr(signer, "_credentials", None)
             if credentials is None:
                 credentials = await session.get_credentials()
-            yield cls(client, credentials, http)
+            yield cls(client, credentials, wire)
+        finally:
+            await wire.aclose()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._client, name)
@@ -117,14 +121,12 @@ class SqsWire:
             headers = self.sign(action, body, await self._frozen(), time.gmtime())
             self.calls += 1
             try:
-                async with self._http.post(self._url, data=body, headers=headers) as response:
-                    status = response.status
-                    raw = await response.read()
-                    answer_headers = response.headers
-            except (aiohttp.ClientConnectionError, ConnectionError):
+                response = await self._http.request("POST", self._path, headers=headers, body=body)
+            except http.HttpError:  # no connection, or no answer: botocore retries these too
                 if attempt == last:
                     raise
                 continue
+            status, raw, answer_headers = response.status, response.body, response.headers
             if status == 200:
                 return orjson.loads(raw) if raw else {}
             error = _error(status, raw, answer_headers)
