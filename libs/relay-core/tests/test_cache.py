@@ -70,3 +70,26 @@ async def test_an_entry_gone_before_its_time_does_not_let_an_older_read_back_in(
     assert await cache.get(tx) is None  # a miss: the reader goes to MySQL, never to v1
     assert await cache.put(tx, 3, {"status": "submitted"}, terminal=False)  # the same read
     assert 30 < await cache._redis.ttl(cache.key(tx) + ":v") <= 60
+
+
+async def test_a_batch_is_one_round_trip_and_a_redis_that_forgot_the_script_gets_it_back(
+    cache: StatusCache, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from redis.asyncio.client import Pipeline
+
+    asides: list[tuple[object, ...]] = []
+    immediate = Pipeline.immediate_execute_command
+
+    async def aside(self: Pipeline, *args: object, **options: object) -> object:
+        asides.append(args)  # a command sent outside the pipeline's one round trip
+        return await immediate(self, *args, **options)
+
+    monkeypatch.setattr(Pipeline, "immediate_execute_command", aside)
+    ids = [str(uuid.uuid4()) for _ in range(3)]
+    writes = [CacheWrite(tx, 1, {"status": "submitted"}, terminal=False) for tx in ids]
+    assert await cache.put_many(writes) == [True] * 3
+    assert asides == []  # no SCRIPT EXISTS before it
+    await cache._redis.script_flush()  # a restarted Redis knows no scripts
+    newer = [CacheWrite(tx, 2, {"status": "mined"}, terminal=False) for tx in ids]
+    assert await cache.put_many(newer) == [True] * 3
+    assert [await cache.get(tx) for tx in ids] == [(2, {"status": "mined"})] * 3

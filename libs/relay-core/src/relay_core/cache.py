@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
+from redis.exceptions import NoScriptError, RedisError
 
 from relay_core import jsonutil
 
@@ -151,15 +151,26 @@ class StatusCache:
             return False
 
     async def put_many(self, entries: Sequence[CacheWrite]) -> list[bool]:
-        """:meth:`put` for several entries in one pipelined round trip (plus redis-py's
-        SCRIPT EXISTS check). Redis errors propagate."""
+        """:meth:`put` for several entries in one pipelined round trip of EVALSHAs. Only a
+        Redis that does not know the script yet (restarted, flushed) costs more: the script is
+        loaded and the writes sent again, which their version check makes harmless. (A
+        pipeline of redis-py's script objects asks SCRIPT EXISTS first, every time: a second
+        round trip per batch.) Redis errors propagate."""
         if not entries:
             return []
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for write in entries:
-                keys, args = self._script_call(write)
-                await self._put(keys=keys, args=args, client=pipe)
-            stored = await pipe.execute()
+        calls = [self._script_call(write) for write in entries]
+        for attempt in range(2):
+            async with self._redis.pipeline(transaction=False) as pipe:
+                for keys, args in calls:
+                    pipe.evalsha(self._put.sha, len(keys), *keys, *args)
+                stored = await pipe.execute(raise_on_error=False)
+            if attempt == 0 and any(isinstance(value, NoScriptError) for value in stored):
+                await self._redis.script_load(_PUT_IF_NEWER)
+                continue
+            break
+        for value in stored:
+            if isinstance(value, Exception):
+                raise value
         return [bool(value) for value in stored]
 
     async def put_many_quietly(self, entries: Sequence[CacheWrite]) -> None:

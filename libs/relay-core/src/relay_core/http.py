@@ -147,6 +147,10 @@ class _Connection(asyncio.Protocol):
         self.transport.write(request)
         return self.answer
 
+    def expire(self, after_s: float) -> None:
+        self._fail(AnswerTimeout(f"no answer within {after_s} s"))
+        self.close()
+
     def close(self) -> None:
         self.closed = True
         if self.transport is not None:
@@ -215,14 +219,17 @@ class HttpClient:
         request = _request(method, target, self.authority, headers, body)
         read_timeout = self._read_timeout_s if timeout_s is None else timeout_s
         retry = method in _IDEMPOTENT
+        loop = asyncio.get_running_loop()
         while True:
             conn, reused = await self._acquire()
+            answer = conn.send(request)
+            # (a timer on the answer itself: asyncio.timeout costs several times as much)
+            timer = loop.call_later(read_timeout, conn.expire, read_timeout)
             try:
-                async with asyncio.timeout(read_timeout):
-                    response = await conn.send(request)
-            except TimeoutError:
+                response = await answer
+            except AnswerTimeout:
                 self._discard(conn)
-                raise AnswerTimeout(f"no answer within {read_timeout} s") from None
+                raise
             except Disconnected:
                 self._discard(conn)
                 # A kept-alive connection the server had closed as the request went out: it
@@ -234,6 +241,8 @@ class HttpClient:
             except BaseException:  # cancelled, or a parse error: the connection is spent
                 self._discard(conn)
                 raise
+            finally:
+                timer.cancel()
             self._release(conn)
             return response
 

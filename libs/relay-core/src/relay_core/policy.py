@@ -35,8 +35,9 @@ unless an operator lowered it: then nothing more of it is sent).
 
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -321,7 +322,11 @@ class PolicyCache:
     """Clients' policies as the consumer reads them: from the database at most every
     ``ttl_s`` per client, so a changed policy applies to what is queued within seconds; and,
     as often, whether a client's reservations are over its budget (true only once an operator
-    has lowered it), so a budgeted client's messages do not each sum its day."""
+    has lowered it), so a budgeted client's messages do not each sum its day.
+
+    One read at a time per client: the messages that find an entry missing or expired while
+    its read is under way wait for that read (without it, the 256 messages a consumer holds
+    each summed the client's day every time the entry expired)."""
 
     def __init__(
         self,
@@ -332,34 +337,50 @@ class PolicyCache:
         self._sessions = sessions
         self._ttl_s = ttl_s
         self._clock = clock
-        self._known: dict[str, tuple[SpendPolicy | None, float]] = {}
-        self._over: dict[tuple[str, int], tuple[int | None, float]] = {}
+        self._known: dict[Any, tuple[Any, float]] = {}
+        self._reading: dict[Any, asyncio.Future[Any]] = {}
+        self.reads = 0  # (tests and the curious)
 
     async def get(self, client_id: str) -> SpendPolicy | None:
-        now = self._clock()
-        known = self._known.get(client_id)
-        if known is not None and known[1] > now:
-            return known[0]
-        async with self._sessions() as session:
-            client = await session.get(ApiClient, client_id)
-        policy = None if client is None else SpendPolicy.of(client)
-        if len(self._known) > 100_000:
-            self._known.clear()
-        self._known[client_id] = (policy, now + self._ttl_s)
-        return policy
+        return await self._cached(("policy", client_id), lambda: self._policy(client_id))
 
     async def over_budget(self, client_id: str, policy: SpendPolicy) -> int | None:
         """:func:`over_budget`, at most ``ttl_s`` old, for this budget."""
         if policy.daily_value_wei is None:
             return None
+        key = ("over", client_id, policy.daily_value_wei)
+        return await self._cached(key, lambda: self._over_budget(client_id, policy))
+
+    async def _policy(self, client_id: str) -> SpendPolicy | None:
+        async with self._sessions() as session:
+            client = await session.get(ApiClient, client_id)
+        return None if client is None else SpendPolicy.of(client)
+
+    async def _over_budget(self, client_id: str, policy: SpendPolicy) -> int | None:
+        async with self._sessions() as session:
+            return await over_budget(session, client_id, policy, utcnow())
+
+    async def _cached(self, key: Any, read: Callable[[], Awaitable[Any]]) -> Any:
         now = self._clock()
-        key = (client_id, policy.daily_value_wei)
-        known = self._over.get(key)
+        known = self._known.get(key)
         if known is not None and known[1] > now:
             return known[0]
-        async with self._sessions() as session:
-            over = await over_budget(session, client_id, policy, utcnow())
-        if len(self._over) > 100_000:
-            self._over.clear()
-        self._over[key] = (over, now + self._ttl_s)
-        return over
+        reading = self._reading.get(key)
+        if reading is None:
+            # A task of its own: a waiter cancelled (its message timed out) must not cancel
+            # the read the others wait for.
+            reading = self._reading[key] = asyncio.ensure_future(self._read(key, read))
+            # (its failure is the waiters'; retrieved here too, in case all of them left)
+            reading.add_done_callback(lambda done: done.cancelled() or done.exception())
+        return await asyncio.shield(reading)
+
+    async def _read(self, key: Any, read: Callable[[], Awaitable[Any]]) -> Any:
+        try:
+            self.reads += 1
+            value = await read()
+            if len(self._known) > 100_000:
+                self._known.clear()
+            self._known[key] = (value, self._clock() + self._ttl_s)
+            return value
+        finally:
+            del self._reading[key]

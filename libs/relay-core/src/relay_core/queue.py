@@ -23,7 +23,7 @@ from typing import Any
 from aiobotocore.session import get_session
 from botocore.config import Config
 
-from relay_core import jsonutil
+from relay_core import ids, jsonutil
 from relay_core.settings import InfraSettings
 from relay_core.statuses import TxType
 from relay_core.tracing import Trace
@@ -56,7 +56,7 @@ class TransactionMessage:
         return cls(
             transaction_id=transaction_id,
             type=TxType(tx_type),
-            message_id=str(uuid.uuid4()),
+            message_id=ids.uuid4(),
             timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             request_id=None if trace is None else trace.request_id,
             traceparent=None if trace is None else trace.traceparent,

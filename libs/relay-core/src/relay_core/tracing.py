@@ -25,6 +25,8 @@ from contextvars import ContextVar, Token
 from dataclasses import dataclass, field
 from typing import Any
 
+from relay_core import ids
+
 log = logging.getLogger(__name__)
 
 # Printable, no spaces, at most 128 characters: safe in a header, a log line and an SQS
@@ -36,8 +38,7 @@ _ZERO_TRACE = "0" * 32
 _ZERO_SPAN = "0" * 16
 
 
-def _new_id(nbytes: int) -> str:
-    return os.urandom(nbytes).hex()
+_new_id = ids.hex_id
 
 
 @dataclass(frozen=True, slots=True)

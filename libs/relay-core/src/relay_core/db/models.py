@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -24,6 +23,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects import mysql
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
+from relay_core import ids
+
 NAMING = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
     "uq": "uq_%(table_name)s_%(column_0_N_name)s",
@@ -43,7 +44,7 @@ def utcnow() -> datetime:
 
 
 def new_id() -> str:
-    return str(uuid.uuid4())
+    return ids.uuid4()
 
 
 class Base(DeclarativeBase):
