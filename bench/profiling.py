@@ -9,6 +9,7 @@ samples by library (leaf frame) and the inclusive share of the relay's own funct
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
 import signal
@@ -74,7 +75,7 @@ def start(pid: int, out: Path) -> subprocess.Popen[bytes]:
             "--pid",
             str(pid),
             "--rate",
-            "100",
+            os.environ.get("BENCH_PROFILE_HZ", "100"),
             "--format",
             "raw",
             "--output",

@@ -168,6 +168,43 @@ async def test_two_writes_from_the_same_read_in_one_batch_only_one_wins(
     assert await _events(setup, tx_id) == 1
 
 
+async def test_in_a_batch_where_one_row_moved_on_exactly_the_others_land(
+    setup: dict[str, Any],
+) -> None:
+    """On the direct pool the changes that write the same columns share one UPDATE, whose
+    count cannot say which row it missed: the others must still land, each with its event."""
+    ids = seed_rows(setup["database_url"], 6)
+    rows = await _load(setup, ids)
+    moved = (await _load(setup, [ids[2]]))[ids[2]]
+    solo = _group(setup)  # not started: commits at once
+    assert await solo.write(Change(moved, "processing", source="other", values={"attempts": 7}))
+    writes = _group(setup, writers=1)
+    writes.start()
+    try:
+        claims = [
+            writes.write(Change(rows[i], "processing", values={"claimed_by": i[:8]}))
+            for i in ids[:4]
+        ]
+        records = [
+            writes.write(Change(rows[i], "submitted", values={"executor_tx_id": f"x-{i}"}))
+            for i in ids[4:]
+        ]
+        results = await asyncio.gather(*claims, *records)
+    finally:
+        await writes.stop()
+
+    assert results == [True, True, False, True, True, True]
+    after = await _load(setup, ids)
+    assert [after[i].version for i in ids] == [2] * 6
+    assert after[ids[2]].attempts == 7  # the other writer's change stands
+    assert after[ids[2]].claimed_by is None
+    assert [after[i].claimed_by for i in ids[:4] if i != ids[2]] == [
+        i[:8] for i in ids[:4] if i != ids[2]
+    ]
+    assert [after[i].executor_tx_id for i in ids[4:]] == [f"x-{i}" for i in ids[4:]]
+    assert [await _events(setup, i) for i in ids] == [1, 1, 1, 1, 1, 1]
+
+
 async def test_a_change_the_database_refuses_fails_alone_not_its_batch(
     setup: dict[str, Any],
 ) -> None:
