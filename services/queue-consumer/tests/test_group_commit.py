@@ -96,6 +96,8 @@ async def test_rows_read_on_the_driver_connection_are_those_the_orm_reads(
         state = inspect(direct[tx_id])
         assert state.detached
         assert not state.modified
+        assert state.key == inspect(orm[tx_id]).key  # the identity a Session gives it
+        assert not state.expired_attributes
 
 
 async def _events(setup: dict[str, Any], tx_id: str) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Collection
 from datetime import datetime
 
@@ -31,11 +32,26 @@ async def load_many_direct(
     direct: DirectPool, transaction_ids: list[str]
 ) -> dict[str, Transaction]:
     """:func:`load_many` in one round trip on a driver connection (relay_core.db.direct): the
-    SELECT is its own transaction, no ORM loading."""
+    SELECT is its own transaction, no ORM loading. A receive batch holds at most ten
+    messages: the ids are padded to ten (the last one again), so that every batch is the one
+    prepared statement."""
     loader = direct.loader(Transaction)
-    marks = ", ".join(["%s"] * len(transaction_ids))  # placeholders: the ids go as parameters
-    rows = await direct.fetch(f"{loader.select} WHERE id IN ({marks})", transaction_ids)
-    return {tx.id: tx for tx in loader.objects(rows)}
+    found: dict[str, Transaction] = {}
+    for start in range(0, len(transaction_ids), _BATCH):
+        ids = transaction_ids[start : start + _BATCH]
+        padded = [*ids, *[ids[-1]] * (_BATCH - len(ids))]
+        rows = await direct.fetch(_select_batch(loader.select), padded, prepare=True)
+        found.update((tx.id, tx) for tx in loader.objects(rows))
+    return found
+
+
+_BATCH = 10  # SQS's most messages per ReceiveMessage
+
+
+@functools.cache
+def _select_batch(select: str) -> str:
+    marks = ", ".join(["%s"] * _BATCH)  # placeholders: the ids go as parameters
+    return f"{select} WHERE id IN ({marks})"
 
 
 async def executor_ids_taken(
