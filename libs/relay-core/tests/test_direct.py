@@ -62,18 +62,24 @@ async def test_an_insert_commits_by_itself_in_one_round_trip_with_sqlalchemy_val
     engine: AsyncEngine, pool: DirectPool, prepare: bool
 ) -> None:
     at = datetime(2026, 11, 25, 8, 0, 0, 123456)
+    whole_second = datetime(2026, 11, 25, 8, 0, 1)
     rows = [
         {"id": 1, "name": "a", "doc": {"k": [1, 2]}, "at": at},
         {"id": 2, "name": "b", "doc": None, "at": None},
+        {"id": 3, "name": "c", "doc": "é'\\", "at": whole_second},
     ]
     sql, args = pool.row(PROBE).insert(rows)
-    assert await pool.run(sql, args, prepare=prepare) == [2]
+    assert await pool.run(sql, args, prepare=prepare) == [3]
     async with engine.connect() as conn:
         raw = [tuple(r) for r in await conn.execute(text("SELECT id, doc, at FROM probe"))]
         # None in a JSON column is JSON null, as SQLAlchemy writes it (not SQL NULL)
         assert raw[1][1] == "null"
         loaded = (await conn.execute(PROBE.select().order_by(PROBE.c.id))).all()
-    assert [tuple(r) for r in loaded] == [(1, "a", {"k": [1, 2]}, at), (2, "b", None, None)]
+    assert [tuple(r) for r in loaded] == [
+        (1, "a", {"k": [1, 2]}, at),
+        (2, "b", None, None),
+        (3, "c", "é'\\", whole_second),
+    ]
     assert pool.connects == 1
 
 

@@ -35,6 +35,7 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Column, Table
@@ -335,8 +336,12 @@ async def _send(
             else:
                 # The values escaped into the text here: given to execute, they would make
                 # asyncmy try to prepare every statement, a round trip each time for the
-                # ones built per call.
-                await cursor.execute(cursor.mogrify(sql, tuple(args)) if args else sql)
+                # ones built per call. A naive datetime goes as the text MySQL reads it
+                # back (asyncmy's own formatting of one costs four times as much).
+                text = sql
+                if args:
+                    text = cursor.mogrify(sql, tuple(map(_text_of_naive_datetime, args)))
+                await cursor.execute(text)
             fetched = list(await cursor.fetchall()) if rows else []
             counts = [cursor.rowcount]
             while await cursor.nextset():
@@ -355,6 +360,12 @@ async def _send(
         if isinstance(exc, errors.Error):
             raise _translate(sql, args, exc, invalidated=_lost(conn, exc)) from exc
         raise
+
+
+def _text_of_naive_datetime(value: Any) -> Any:
+    if type(value) is datetime and value.tzinfo is None:
+        return value.isoformat(" ")  # '2026-11-26 01:02:03.456789', as asyncmy writes it
+    return value
 
 
 def _asyncmy_errors() -> Any:
