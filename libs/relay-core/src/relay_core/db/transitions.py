@@ -16,7 +16,7 @@ from typing import Any
 
 from sqlalchemy import Update, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
-from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
 from relay_core.db import direct as direct_db
 from relay_core.db.direct import DirectPool
@@ -270,7 +270,14 @@ _CAS_SQL: dict[tuple[tuple[str, ...], int], str] = {}
 
 
 def apply_written(tx: Transaction, columns: dict[str, Any]) -> None:
-    """Bring the row object up to what was written (without marking it dirty)."""
+    """Bring the row object up to what was written (without marking it dirty). An object with
+    no history and nothing expired (the consumer's, read and written only through here) takes
+    the values straight into its state: set_committed_value would only find nothing to
+    clear, at ~1 µs a column."""
+    state = instance_state(tx)
+    if not state.committed_state and not state.expired_attributes and not state.modified:
+        tx.__dict__.update(columns)
+        return
     for key, value in columns.items():
         set_committed_value(tx, key, value)
 
