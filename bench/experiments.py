@@ -112,7 +112,7 @@ def _time_stages() -> None:
 
         setattr(cls, name, wrapper)
 
-    timed(Capacity, "reserve", "wait for room (a normal poller)")
+    timed(Capacity, "reserve", "a message waiting for room")
     timed(SqsWire, "receive_message", "ReceiveMessage")
     timed(TransactionProcessor, "load_many", "the batch's row load")
     timed(GroupCommit, "write", "a status write (queued, committed, cached)")

@@ -25,12 +25,13 @@ class _Waiter:
 
 
 class Capacity:
-    """How many messages may be in flight; pollers ask for room before receiving.
-
-    A poller waits for room for a whole batch (``most``, or its share of the limit if that is
-    smaller) rather than receiving as soon as one slot frees: one ReceiveMessage per message
-    would cost an SQS call (and its client CPU) per message instead of one per ten. With a
-    small limit the share keeps one slow message from holding up every poller.
+    """How many messages may be in flight. A poller receives a batch (at most its
+    :meth:`batch`), then each of its messages asks for room (one slot) before it is worked
+    on, and the poller receives again once they all have it: a slot that frees is used at
+    once, while SQS is still asked for ten messages at a time (one ReceiveMessage per
+    message would cost an SQS call, and its client CPU, per message instead of one per ten).
+    With a small limit, a normal poller's share keeps one slow message from holding up
+    every poller.
 
     Room is given in turn, with one exception: an *urgent* request (the fast lane's, made for
     messages it has already received) goes before the normal ones, but after ``fair_every``
@@ -40,8 +41,8 @@ class Capacity:
     lane is.
 
     ``headroom`` room is kept for urgent requests: normal ones are given room only up to
-    ``limit - headroom``. The normal pollers hold their room while they long-poll, so without
-    it an idle consumer would make a fast message wait for a long poll to end.
+    ``limit - headroom``, so a fast message finds a slot at once even while the normal lane
+    keeps every other one busy.
     """
 
     def __init__(
@@ -77,6 +78,11 @@ class Capacity:
     async def release(self, count: int = 1) -> None:
         self.in_flight -= count
         self._grant()
+
+    def batch(self, urgent: bool) -> int:
+        """The most messages a poller receives at once: a normal poller its share (with a
+        small limit, one poller must not take every slot), the fast lane the whole limit."""
+        return self.limit if urgent else self._share
 
     def _room(self, urgent: bool) -> int:
         return self.limit - self.in_flight - (0 if urgent else self.headroom)

@@ -196,9 +196,14 @@ class Consumer:
     # --- polling ----------------------------------------------------------------------------
 
     async def _poll(self, lane: Lane, index: int) -> None:
-        """Receive from ``lane`` while it is switched on. A normal poller asks for room first,
-        then receives; the fast lane's receive first (a long poll on an idle fast queue holds
-        no room) and are then given room before the normal pollers (``Capacity``)."""
+        """Receive from ``lane`` while it is switched on, a batch at a time, and start each
+        message, which then waits for its room (``Capacity``; the fast lane's are given room
+        before the normal lane's). The next receive waits until every message of the batch
+        has room: a poller holds at most one batch that is not yet being worked on.
+
+        Room is taken a message at a time, once it has arrived: a slot that frees goes to a
+        waiting message at once, instead of staying empty while a poller gathers a batch's
+        worth of room and then receives (each slot's turn was ~5 % longer that way)."""
         while not self.stopping.is_set():
             if not lane.receiving.is_set():  # paused by an operator: receive nothing
                 lane.parked += 1
@@ -215,15 +220,6 @@ class Consumer:
                 await asyncio.sleep(0.2)
                 continue
             want, ticket = await self.breaker.receivable(10)
-            if lane.urgent:
-                room = min(want, self.capacity.limit)
-            else:
-                room = await self.capacity.reserve(want)
-                if not lane.receiving.is_set():  # paused while this poller waited for room
-                    await self.capacity.release(room)
-                    self.breaker.return_ticket(ticket)
-                    continue
-            held = 0 if lane.urgent else room
             me = asyncio.current_task()
             try:
                 if me is not None:
@@ -231,7 +227,7 @@ class Consumer:
                 try:
                     response = await self.sqs.receive_message(
                         QueueUrl=lane.queue_url,
-                        MaxNumberOfMessages=room,
+                        MaxNumberOfMessages=min(want, self.capacity.batch(lane.urgent)),
                         WaitTimeSeconds=self.settings.consumer_wait_time_s,
                         AttributeNames=["ApproximateReceiveCount"],
                         MessageAttributeNames=["All"],
@@ -239,14 +235,10 @@ class Consumer:
                 finally:
                     self._in_receive.discard(me)
                 messages = response.get("Messages", [])
-                if lane.urgent and messages:
-                    held = await self.capacity.reserve(len(messages), urgent=True)
             except asyncio.CancelledError:
-                await self.capacity.release(held)
                 self.breaker.return_ticket(ticket)
                 raise
             except Exception as exc:
-                await self.capacity.release(held)
                 self.breaker.return_ticket(ticket)
                 log.warning(
                     "consumer.receive_failed",
@@ -256,8 +248,6 @@ class Consumer:
                 continue
             self.last_poll = time.monotonic()
             lane.quiet = not messages
-            if len(messages) < held:
-                await self.capacity.release(held - len(messages))
             if not messages:
                 self.breaker.return_ticket(ticket)
                 continue
@@ -268,11 +258,12 @@ class Consumer:
                     [p.transaction_id for p in parsed if isinstance(p, TransactionMessage)]
                 )
             except asyncio.CancelledError:
-                await self.capacity.release(len(messages))
+                self.breaker.return_ticket(ticket)
                 raise
             except Exception as exc:  # each message loads its row itself and fails on its own
                 log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
                 snapshots = {}
+            admission = _Admission(len(messages))
             for message, body in zip(messages, parsed, strict=True):
                 # Each row object goes to one message: two copies of a message in one batch
                 # must not share (and update) the same snapshot; the second loads its own.
@@ -281,13 +272,14 @@ class Consumer:
                     if isinstance(body, TransactionMessage)
                     else None
                 )
-                task = asyncio.create_task(self._handle(lane, message, body, snapshot))
+                task = asyncio.create_task(self._handle(lane, message, body, snapshot, admission))
                 self._work.add(task)
                 lane.work.add(task)
                 task.add_done_callback(self._work.discard)
                 task.add_done_callback(lane.work.discard)
                 if ticket is not None:  # one message: it carried the half-open probe
                     task.add_done_callback(functools.partial(self._return_ticket, ticket))
+            await admission.all_in.wait()
 
     def _return_ticket(self, ticket: int, _: asyncio.Task[None]) -> None:
         self.breaker.return_ticket(ticket)
@@ -295,6 +287,26 @@ class Consumer:
     # --- one message ------------------------------------------------------------------------
 
     async def _handle(
+        self,
+        lane: Lane,
+        message: dict[str, Any],
+        body: TransactionMessage | PoisonMessage,
+        snapshot: Transaction | None,
+        admission: _Admission,
+    ) -> None:
+        holds_room = False
+        try:
+            await self.capacity.reserve(1, urgent=lane.urgent)
+            holds_room = True
+        finally:
+            admission.one_in()
+        try:
+            await self._work_on(lane, message, body, snapshot)
+        finally:
+            if holds_room:
+                await self.capacity.release()
+
+    async def _work_on(
         self,
         lane: Lane,
         message: dict[str, Any],
@@ -351,7 +363,6 @@ class Consumer:
                 # database call in half.
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(task, 10)
-            await self.capacity.release()
 
     async def _attempt(
         self, parsed: TransactionMessage, message_id: str, snapshot: Transaction | None
@@ -548,6 +559,20 @@ class Consumer:
                 )
             beats += 1
             await asyncio.sleep(5)
+
+
+class _Admission:
+    """A received batch's messages being given room: ``all_in`` once each has it (or gave up
+    waiting for it, cancelled at shutdown)."""
+
+    def __init__(self, count: int) -> None:
+        self._waiting = count
+        self.all_in = asyncio.Event()
+
+    def one_in(self) -> None:
+        self._waiting -= 1
+        if self._waiting <= 0:
+            self.all_in.set()
 
 
 def _parse(message: dict[str, Any]) -> TransactionMessage | PoisonMessage:
