@@ -4,7 +4,8 @@ Every message claims its row before the executor call and records the answer aft
 a compare-and-set plus an event row. Committed one by one that is six round trips and two
 Redis calls per message. Here each write waits in a queue; a writer takes everything queued
 (up to ``max_batch``), runs the compare-and-sets in one transaction with the event rows as
-one INSERT, commits once, writes Redis in one pipeline and only then answers each waiter. At
+one INSERT, commits once, answers each waiter, then writes Redis in one call before it takes
+the next batch (the waiters go on meanwhile: their rows are committed). At
 light load a batch holds one write and nothing waits; under load batches grow by themselves,
 because whatever arrives while one batch commits goes into the next.
 
@@ -86,7 +87,9 @@ class GroupCommit:
 
     async def write(self, change: Change) -> bool:
         if not self._tasks:  # not started (tests, one-off tools): a transaction of its own
-            return (await self._commit([change]))[0]
+            (written,), cached = await self._commit([change])
+            await self._write_through(cached)
+            return written
         future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
         self._queue.put_nowait((change, future))
         return await future
@@ -113,7 +116,7 @@ class GroupCommit:
             return
         changes = [change for change, _ in batch]
         try:
-            results = await self._commit(changes)
+            results, cached = await self._commit(changes)
         except asyncio.CancelledError:
             for _, future in batch:
                 if not future.done():
@@ -134,10 +137,15 @@ class GroupCommit:
         for (_, future), ok in zip(batch, results, strict=True):
             if not future.done():
                 future.set_result(ok)
+        # The waiters go on as Redis is written: their rows are committed and their objects
+        # up to date, and a reader meanwhile finds the previous version in Redis, as it would
+        # a moment earlier (a newer one cannot be overwritten: the entries are versioned).
+        await self._write_through(cached)
 
-    async def _commit(self, changes: list[Change]) -> list[bool]:
-        """Commit ``changes``; raises if that failed (then nothing was written). What follows
-        the commit (the row objects, Redis) cannot fail it."""
+    async def _commit(self, changes: list[Change]) -> tuple[list[bool], list[CacheWrite]]:
+        """Commit ``changes``; raises if that failed (then nothing was written). Returns
+        whether each was written, and what to write through to Redis (:meth:`_write_through`,
+        which cannot fail it either)."""
         if self.direct is not None:  # two round trips per batch (relay_core.db.direct)
             async with asyncio.timeout(self._timeout_s), self.direct.connection() as raw:
                 written = await write_changes_direct(self.direct, raw, changes)
@@ -146,26 +154,27 @@ class GroupCommit:
                 written = await write_changes(conn, changes)
         self.batches += 1
         self.writes += len(changes)
+        cached: list[CacheWrite] = []
         try:
-            await self._after_commit(changes, written)
+            for change, columns in zip(changes, written, strict=True):
+                if columns is None:
+                    continue
+                apply_written(change.tx, columns)
+                tx = change.tx
+                cached.append(
+                    CacheWrite(tx.id, tx.version, status_entry(tx), is_terminal(tx.status))
+                )
         except Exception:  # the rows are committed whatever happens here
             log.exception("consumer.group_commit.after_commit_failed")
-        return [columns is not None for columns in written]
+        return [columns is not None for columns in written], cached
 
-    async def _after_commit(
-        self, changes: list[Change], written: list[dict[str, object] | None]
-    ) -> None:
-        cache_writes = []
-        for change, columns in zip(changes, written, strict=True):
-            if columns is None:
-                continue
-            apply_written(change.tx, columns)
-            tx = change.tx
-            cache_writes.append(
-                CacheWrite(tx.id, tx.version, status_entry(tx), is_terminal(tx.status))
-            )
-        if self._cache is not None:
-            await self._cache.put_many_quietly(cache_writes)
+    async def _write_through(self, cached: list[CacheWrite]) -> None:
+        if self._cache is None or not cached:
+            return
+        try:
+            await self._cache.put_many_quietly(cached)
+        except Exception:  # (put_many_quietly logs Redis's own errors)
+            log.exception("consumer.group_commit.after_commit_failed")
 
 
 def _worth_alone(exc: Exception) -> bool:
