@@ -75,6 +75,14 @@ class Capacity:
             raise
         return want
 
+    def take_now(self, *, urgent: bool = False) -> bool:
+        """Room for one message at once, if there is some and nobody waits for it (a poller
+        starts the message already holding its slot, without a wait on the event loop)."""
+        if self._waiting or self._room(urgent) < 1:
+            return False
+        self.in_flight += 1
+        return True
+
     async def release(self, count: int = 1) -> None:
         self.in_flight -= count
         self._grant()

@@ -263,7 +263,7 @@ class Consumer:
             except Exception as exc:  # each message loads its row itself and fails on its own
                 log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
                 snapshots = {}
-            admission = _Admission(len(messages))
+            admission = _Admission()
             for message, body in zip(messages, parsed, strict=True):
                 # Each row object goes to one message: two copies of a message in one batch
                 # must not share (and update) the same snapshot; the second loads its own.
@@ -272,14 +272,19 @@ class Consumer:
                     if isinstance(body, TransactionMessage)
                     else None
                 )
-                task = asyncio.create_task(self._handle(lane, message, body, snapshot, admission))
+                # Room now if there is some (most often); otherwise the message waits for it.
+                waiting = None if self.capacity.take_now(urgent=lane.urgent) else admission
+                if waiting is not None:
+                    waiting.expect_one()
+                task = asyncio.create_task(self._handle(lane, message, body, snapshot, waiting))
                 self._work.add(task)
                 lane.work.add(task)
                 task.add_done_callback(self._work.discard)
                 task.add_done_callback(lane.work.discard)
                 if ticket is not None:  # one message: it carried the half-open probe
                     task.add_done_callback(functools.partial(self._return_ticket, ticket))
-            await admission.all_in.wait()
+            if admission.expected:
+                await admission.all_in.wait()
 
     def _return_ticket(self, ticket: int, _: asyncio.Task[None]) -> None:
         self.breaker.return_ticket(ticket)
@@ -292,14 +297,17 @@ class Consumer:
         message: dict[str, Any],
         body: TransactionMessage | PoisonMessage,
         snapshot: Transaction | None,
-        admission: _Admission,
+        admission: _Admission | None,
     ) -> None:
-        holds_room = False
-        try:
-            await self.capacity.reserve(1, urgent=lane.urgent)
-            holds_room = True
-        finally:
-            admission.one_in()
+        """``admission``: the message's batch, while it waits for room; None when its poller
+        took room for it already."""
+        holds_room = admission is None
+        if admission is not None:
+            try:
+                await self.capacity.reserve(1, urgent=lane.urgent)
+                holds_room = True
+            finally:
+                admission.one_in()
         try:
             await self._work_on(lane, message, body, snapshot)
         finally:
@@ -562,12 +570,17 @@ class Consumer:
 
 
 class _Admission:
-    """A received batch's messages being given room: ``all_in`` once each has it (or gave up
-    waiting for it, cancelled at shutdown)."""
+    """The messages of a received batch that wait for room: ``all_in`` once each has it (or
+    gave up waiting for it, cancelled at shutdown)."""
 
-    def __init__(self, count: int) -> None:
-        self._waiting = count
+    def __init__(self) -> None:
+        self.expected = 0
+        self._waiting = 0
         self.all_in = asyncio.Event()
+
+    def expect_one(self) -> None:
+        self.expected += 1
+        self._waiting += 1
 
     def one_in(self) -> None:
         self._waiting -= 1
