@@ -6,7 +6,7 @@ issue 18): a sixth of the accept path and most of a status answered from Redis.
 :class:`FastPath` answers ``POST /api/v1/relay/direct`` when it is plainly well-formed (JSON
 content type, a body that validates as ``DirectRequest``) and ``GET
 /api/v1/relay/status/{transactionId}`` when the id is a UUID in its usual form, by running
-exactly what the routes run (``relay_api.relay.endpoints.accept_direct`` and ``get_status``)
+exactly what the routes run (``relay_api.relay.endpoints.accept_direct`` and ``read_status``)
 with the same caller check (``relay_api.deps.get_caller``); an error on the way is rendered by
 the app's own exception handlers. Anything else (a malformed body or id, another content
 type, any other route) goes to the FastAPI app untouched, with the body it already read
@@ -16,7 +16,6 @@ handed back, so every refusal is the one the app has always given.
 from __future__ import annotations
 
 import re
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -61,11 +60,11 @@ class FastPath:
             self.passed += 1
             await self.app(scope, receive, send)
             return
-        transaction_id = uuid.UUID(given)
+        transaction_id = given.lower()  # str(uuid.UUID(given)), without the object
         await self._serve(
             Request(scope, receive),
             self._status_route,
-            lambda caller, runtime: endpoints.get_status(transaction_id, caller, runtime),
+            lambda caller, runtime: endpoints.read_status(transaction_id, caller, runtime),
             send,
         )
 

@@ -160,13 +160,19 @@ async def get_status(
 ) -> Json:
     """Status from Redis, else MySQL (which backfills Redis), refreshed from the executor when
     it is not final and not fresh. ``X-Cache`` names the tier: hit, miss or upstream."""
+    return await read_status(str(transaction_id), caller, runtime)
+
+
+async def read_status(transaction_id: str, caller: Caller, runtime: Runtime) -> Json:
+    """The route's work, also run by ``relay_api.fastpath`` for a well-formed id (given in
+    its canonical lower-case form)."""
     started = time.perf_counter()
-    async with unit_of_work(runtime) as uow:
-        entry = await service.cached_status(runtime.cache, caller, str(transaction_id))
-        tier = "hit"
-        if entry is None:  # the unit of work opens its session only now
+    entry = await service.cached_status(runtime.cache, caller, transaction_id)
+    tier = "hit"
+    if entry is None:  # a unit of work only for the tiers that need the database
+        async with unit_of_work(runtime) as uow:
             entry, tier = await service.status(
-                uow.session, runtime.cache, runtime.refresher, caller, str(transaction_id)
+                uow.session, runtime.cache, runtime.refresher, caller, transaction_id
             )
     metrics.STATUS_SECONDS.observe(tier, time.perf_counter() - started)
     return Json(service.public(entry), headers={"X-Cache": tier})
