@@ -93,9 +93,13 @@ def measure(n: int = 100_000) -> dict[str, float]:
     plain = min(asyncio.run(_requests(n, False)) for _ in range(3))
     observed = min(asyncio.run(_requests(n, True)) for _ in range(3))
     message = min(_messages(n, True) - _messages(n, False) for _ in range(3))
-    scrape_started = time.process_time()
-    size = len(generate_latest())
-    scrape_ms = (time.process_time() - scrape_started) * 1e3
+    size = len(generate_latest())  # the first one also pays for one-time set-up
+    scrapes = []
+    for _ in range(5):
+        scrape_started = time.process_time()
+        generate_latest()
+        scrapes.append(time.process_time() - scrape_started)
+    scrape_ms = min(scrapes) * 1e3
     return {
         "requests": n,
         "request_plain_us": round(plain, 2),
