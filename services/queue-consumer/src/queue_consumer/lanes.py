@@ -121,13 +121,18 @@ class Capacity:
 
 
 class Deleter:
-    """Collects receipt handles and deletes them with DeleteMessageBatch (10 per call)."""
+    """Collects receipt handles and deletes them with DeleteMessageBatch (10 per call), up to
+    ``in_flight`` calls at once. One call at a time, each after a 5 ms wait for company, could
+    delete ~1,100 messages a second here: the consumer's ceiling, whatever else it did (and
+    on SQS, where a call takes longer, less); messages not yet deleted stay in flight."""
 
-    def __init__(self, sqs: Any, queue_url: str) -> None:
+    def __init__(self, sqs: Any, queue_url: str, in_flight: int = 4) -> None:
         self._sqs = sqs
         self._queue_url = queue_url
         self._pending: asyncio.Queue[str] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._calls = asyncio.Semaphore(in_flight)
+        self._flushing: set[asyncio.Task[None]] = set()
 
     def add(self, receipt_handle: str) -> None:
         self._pending.put_nowait(receipt_handle)
@@ -138,14 +143,22 @@ class Deleter:
     async def _run(self) -> None:
         while True:
             batch = [await self._pending.get()]
-            await asyncio.sleep(0.005)  # let a few more finish so one call deletes them all
+            if self._pending.qsize() < 9:
+                await asyncio.sleep(0.005)  # let a few more finish so one call deletes them all
             while len(batch) < 10 and not self._pending.empty():
                 batch.append(self._pending.get_nowait())
-            try:
-                await self._flush(batch)
-            finally:
-                for _ in batch:
-                    self._pending.task_done()
+            await self._calls.acquire()
+            task = asyncio.create_task(self._delete(batch))
+            self._flushing.add(task)
+            task.add_done_callback(self._flushing.discard)
+
+    async def _delete(self, batch: list[str]) -> None:
+        try:
+            await self._flush(batch)
+        finally:
+            self._calls.release()
+            for _ in batch:
+                self._pending.task_done()
 
     async def _flush(self, batch: list[str]) -> None:
         entries = [{"Id": str(i), "ReceiptHandle": handle} for i, handle in enumerate(batch)]
@@ -168,6 +181,9 @@ class Deleter:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+        for task in list(self._flushing):  # past the timeout: the messages simply come back
+            task.cancel()
+        await asyncio.gather(*self._flushing, return_exceptions=True)
 
 
 @dataclass(eq=False)
