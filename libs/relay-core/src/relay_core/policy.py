@@ -325,7 +325,7 @@ class PolicyCache:
     has lowered it), so a budgeted client's messages do not each sum its day.
 
     One read at a time per client: the messages that find an entry missing or expired while
-    its read is under way wait for that read (without it, the 256 messages a consumer holds
+    its read is under way wait for that read (without it, the hundreds of messages a consumer holds
     each summed the client's day every time the entry expired)."""
 
     def __init__(
