@@ -139,7 +139,7 @@ async def test_a_reader_backfilling_an_old_version_never_leaves_redis_older_than
 
     async def reader() -> None:
         for _ in range(40):
-            await cache._redis.delete(cache.key(tx_id))  # force the MySQL path
+            await runtime.redis.delete(cache.key(tx_id))  # force the MySQL path
             async with runtime.sessions() as session:
                 tx = await session.get(Transaction, tx_id)
                 assert tx is not None

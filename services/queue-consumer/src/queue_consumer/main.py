@@ -32,6 +32,7 @@ from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
 from relay_core.logs import configure_logging
 from relay_core.reconcile import Reconciler
+from relay_core.resp import RespClient
 
 log = logging.getLogger("queue_consumer")
 
@@ -160,7 +161,8 @@ async def open_consumer(
     redis = None
     cache = None
     if settings.redis_url:
-        redis = cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
+        # The status cache's commands, its only use of Redis here (relay_core.resp).
+        redis = RespClient(settings.redis_url, settings.redis_timeout_s)
         cache = cache_mod.StatusCache(
             redis,
             settings.redis_prefix,

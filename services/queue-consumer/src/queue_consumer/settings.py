@@ -80,7 +80,13 @@ class ConsumerSettings(InfraSettings):
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",
         description="claim owner written on rows this process works on",
     )
-    consumer_pollers: int = Field(4, ge=1, le=64, description="concurrent ReceiveMessage loops")
+    consumer_pollers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="concurrent ReceiveMessage loops; each receives up to 10 messages, which "
+        "then wait for room, and receives again once they all have it",
+    )
     consumer_fast_pollers: int = Field(
         1, ge=1, le=16, description="ReceiveMessage loops on the fast lane's queue (when it is on)"
     )
@@ -96,7 +102,8 @@ class ConsumerSettings(InfraSettings):
         ge=1,
         le=4096,
         description="messages in flight per process (320 ≈ 1,280 msg/s with a 200 ms executor: "
-        "each message also spends ~40 ms on its two commits and its receive)",
+        "each message also spends ~40 ms on its two commits and its receive); executor calls "
+        "are capped apart by RELAY_EXECUTOR_MAX_IN_FLIGHT",
     )
     consumer_db_writers: int = Field(
         2,

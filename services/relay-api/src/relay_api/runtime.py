@@ -26,6 +26,7 @@ from relay_core import queue as queue_mod
 from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
+from relay_core.resp import RespClient
 
 log = logging.getLogger(__name__)
 
@@ -76,8 +77,12 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
         if settings.redis_url:
             redis = cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
             stack.push_async_callback(redis.aclose)
+            # The status cache's commands on a connection of their own (relay_core.resp);
+            # the rate limiter and readiness stay on redis-py.
+            cache_commands = RespClient(settings.redis_url, settings.redis_timeout_s)
+            stack.push_async_callback(cache_commands.aclose)
             status_cache = cache_mod.StatusCache(
-                redis,
+                cache_commands,
                 settings.redis_prefix,
                 terminal_ttl_s=settings.status_cache_terminal_ttl_s,
                 active_ttl_s=settings.status_cache_active_ttl_s,

@@ -1,0 +1,115 @@
+"""relay_core.resp against the real Redis: pipelined answers matched in order, Redis's errors as
+redis-py's exceptions, and a connection that breaks or goes silent replaced by the next
+command."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+
+import pytest
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from relay_core.cache import connect
+from relay_core.resp import RespClient
+
+URL = "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[RespClient]:
+    made = RespClient(URL, 1.0)
+    yield made
+    await made.aclose()
+
+
+@pytest.fixture
+def key() -> str:
+    return f"relaytest:{uuid.uuid4().hex}"
+
+
+async def test_concurrent_commands_share_one_connection_and_get_their_own_answers(
+    client: RespClient, key: str
+) -> None:
+    values = [f"v{i}-é".encode() for i in range(50)]
+
+    async def set_then_get(i: int) -> bytes | None:
+        await client.execute("SET", f"{key}:{i}", values[i], "EX", 60)
+        return await client.get(f"{key}:{i}")
+
+    assert await asyncio.gather(*(set_then_get(i) for i in range(50))) == values
+    assert await client.get(f"{key}:missing") is None
+    assert await client.execute("DEL", *(f"{key}:{i}" for i in range(50))) == 50
+    assert client.connects == 1
+
+
+async def test_scripts_and_their_errors_come_back_as_redis_py_reports_them(
+    client: RespClient, key: str
+) -> None:
+    script = "return {KEYS[1], tonumber(ARGV[1]) + 1, {ARGV[2]}}"
+    sha = await client.script_load(script)
+    assert await client.evalsha(sha, 1, key, 41, "x") == [key.encode(), 42, [b"x"]]
+    with pytest.raises(NoScriptError):
+        await client.evalsha("0" * 40, 0)
+    with pytest.raises(ResponseError, match="unknown command"):
+        await client.execute("NOSUCHCOMMAND")
+    assert await client.execute("PING") == b"PONG"  # still in step after the errors
+    assert client.connects == 1
+
+
+async def test_a_database_in_the_url_is_selected(key: str) -> None:
+    other = RespClient("redis://127.0.0.1:6379/3", 1.0)
+    plain = connect("redis://127.0.0.1:6379/3", 1.0)
+    try:
+        await other.execute("SET", key, "in-3", "EX", 60)
+        assert await plain.get(key) == b"in-3"
+    finally:
+        await plain.delete(key)
+        await plain.aclose()
+        await other.aclose()
+
+
+async def test_a_connection_the_server_drops_fails_what_waits_and_the_next_command_reconnects(
+    client: RespClient, key: str
+) -> None:
+    own_id = await client.execute("CLIENT", "ID")
+    admin = connect(URL, 1.0)
+    try:
+        # BLPOP holds its answer; the connection is killed under it.
+        waiting = asyncio.create_task(client.execute("BLPOP", key, 5))
+        await asyncio.sleep(0.1)
+        await admin.execute_command("CLIENT", "KILL", "ID", own_id)
+        with pytest.raises(RedisConnectionError):
+            await waiting
+    finally:
+        await admin.aclose()
+    assert await client.execute("PING") == b"PONG"
+    assert client.connects == 2
+
+
+async def test_no_answer_in_time_is_a_timeout_and_the_connection_is_replaced(key: str) -> None:
+    client = RespClient(URL, 0.2)
+    try:
+        with pytest.raises(RedisTimeoutError):
+            await client.execute("BLPOP", key, 2)  # answers in 2 s: out of step after 0.2
+        assert await client.execute("PING") == b"PONG"
+        assert client.connects == 2
+    finally:
+        await client.aclose()
+
+
+async def test_nothing_listening_is_a_connection_error() -> None:
+    client = RespClient("redis://127.0.0.1:1/0", 0.5)
+    with pytest.raises(RedisConnectionError):
+        await client.get("x")
+
+
+async def test_a_password_is_sent_and_a_refusal_surfaces() -> None:
+    # The test Redis has no password: AUTH is refused, which shows it was sent.
+    client = RespClient("redis://someone:secret@127.0.0.1:6379/0", 1.0)
+    with pytest.raises(ResponseError):
+        await client.get("x")
+    await client.aclose()
