@@ -3,8 +3,8 @@
 
 - SQS: every API call by operation, through aiobotocore or relay_core.sqswire alike, and the
   messages ReceiveMessage returned;
-- Redis: every command redis-py sends (a Lua script call is one EVALSHA); a pipeline is one
-  round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
+- Redis: every command redis-py or relay_core.resp sends (a Lua script call is one EVALSHA);
+  a pipeline is one round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
 - executor: every HTTP request to the executor's API (relay_core.http), by method and route.
 """
 
@@ -63,6 +63,16 @@ def install() -> None:
         return await execute_command(self, *args, **options)
 
     Redis.execute_command = counted_execute_command  # type: ignore[method-assign]
+
+    from relay_core.resp import RespClient
+
+    resp_execute = RespClient.execute
+
+    async def counted_resp(self: Any, *args: Any) -> Any:
+        REDIS[str(args[0]).upper() if args else "?"] += 1  # the status cache's own client
+        return await resp_execute(self, *args)
+
+    RespClient.execute = counted_resp  # type: ignore[method-assign]
 
     from redis.asyncio.client import Pipeline
 
