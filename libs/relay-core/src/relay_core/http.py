@@ -34,6 +34,8 @@ from urllib.parse import urlencode, urlsplit
 
 import httptools
 
+from relay_core.slots import Slots
+
 _IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
 _MAX_BODY = 64 * 1024 * 1024
 
@@ -194,14 +196,12 @@ class HttpClient:
         self._ssl = (
             (ssl_context or ssl.create_default_context()) if self.scheme == "https" else None
         )
-        self._max = max_connections
         self._connect_timeout_s = connect_timeout_s
         self._read_timeout_s = read_timeout_s
         self._keepalive_s = keepalive_s
         self._max_body = max_body_bytes
         self._idle: collections.deque[_Connection] = collections.deque()
-        self._open = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._slots = Slots(max_connections)
         self._closed = False
         self.connects = 0  # (tests and the curious)
 
@@ -250,9 +250,7 @@ class HttpClient:
         self._closed = True
         while self._idle:
             self._discard(self._idle.pop())
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._slots.wake_all()
 
     # --- the pool -----------------------------------------------------------------------
 
@@ -268,31 +266,17 @@ class HttpClient:
                 if not conn.closed and now - conn.idle_since < self._keepalive_s:
                     return conn, True
                 self._discard(conn)
-            if self._open < self._max:
-                self._open += 1
+            if self._slots.take():
                 try:
                     return await self._connect(deadline), False
                 except BaseException:
-                    self._open -= 1
-                    self._wake()
+                    self._slots.closed()
                     raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
-                    await waiter
-            except TimeoutError:
+            if not await self._slots.wait(deadline):
                 raise NotSent(
                     f"no connection to {self.authority} free within {self._connect_timeout_s} s",
                     timeout=True,
-                ) from None
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # woken, then cancelled: the wake goes to the next in line
-                raise
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                )
 
     async def _connect(self, deadline: float) -> _Connection:
         loop = asyncio.get_running_loop()
@@ -321,19 +305,11 @@ class HttpClient:
             return
         conn.idle_since = time.monotonic()
         self._idle.append(conn)
-        self._wake()
+        self._slots.wake()
 
     def _discard(self, conn: _Connection) -> None:
         conn.close()
-        self._open -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        self._slots.closed()
 
 
 def _request(

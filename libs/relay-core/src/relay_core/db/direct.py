@@ -46,6 +46,7 @@ from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import instance_state
 
 from relay_core.settings import InfraSettings
+from relay_core.slots import Slots
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +86,11 @@ class DirectPool:
             # statement never reaches it, see _send), least recently used closed past it.
             "stmt_cache_size": _PREPARED_PER_CONNECTION,
         }
-        self._size = size
         self._timeout_s = timeout_s
         self._recycle_s = recycle_s
         self._idle: collections.deque[Any] = collections.deque()
         self._born: dict[Any, float] = {}  # when each open connection was made
-        self._open = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._slots = Slots(size)
         self._closed = False
         self._rows: dict[tuple[str, tuple[str, ...] | None], Row] = {}
         self._loaders: dict[type[Any], Loader] = {}
@@ -204,33 +203,19 @@ class DirectPool:
                 if _usable(conn) and time.monotonic() - self._born[conn] < self._recycle_s:
                     return conn
                 self._forget(conn)
-            if self._open < self._size:
-                self._open += 1
+            if self._slots.take():
                 try:
                     return await self._connect()
                 except BaseException:
-                    self._open -= 1
-                    self._wake()
+                    self._slots.closed()
                     raise
-            waiter = asyncio.get_running_loop().create_future()
-            self._waiters.append(waiter)
-            try:
-                async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
-                    await waiter
-            except TimeoutError:
+            if not await self._slots.wait(deadline):
                 raise DBAPIError.instance(
                     None,
                     None,
                     TimeoutError(f"no direct connection free within {self._timeout_s} s"),
                     Exception,
-                ) from None
-            except asyncio.CancelledError:
-                if waiter.done() and not waiter.cancelled():
-                    self._wake()  # woken, then cancelled: the wake goes to the next in line
-                raise
-            finally:
-                if waiter in self._waiters:
-                    self._waiters.remove(waiter)
+                )
 
     async def _connect(self) -> Any:
         try:
@@ -243,20 +228,12 @@ class DirectPool:
 
     def _release(self, conn: Any) -> None:
         self._idle.append(conn)
-        self._wake()
+        self._slots.wake()
 
     def _forget(self, conn: Any) -> None:
         conn.close()
         self._born.pop(conn, None)
-        self._open -= 1
-        self._wake()
-
-    def _wake(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)
-                return
+        self._slots.closed()
 
     async def _after_error(self, conn: Any, exc: BaseException | None) -> None:
         """Roll back what ``conn`` left open and keep it, when the server answered the error
@@ -284,9 +261,7 @@ class DirectPool:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(conn.ensure_closed(), 1.0)
             self._forget(conn)
-        for waiter in self._waiters:
-            if not waiter.done():
-                waiter.set_result(None)
+        self._slots.wake_all()
 
 
 def _usable(conn: Any) -> bool:
