@@ -9,8 +9,8 @@ earlier ones, and is started when the generator's timer wakes for it, whether or
 earlier ones were answered. Its latency (``latency_ms``) is measured from that start: the wait
 for a free connection, the request on the wire and the answer, so a server that falls behind
 shows it in the percentiles (no coordinated omission). The event loop's timers have a
-resolution of a millisecond, so a request starts up to ~1.5 ms before or after its due time
-(the loop's own sleeps, measured on this machine; more when the generator is descheduled):
+resolution of a millisecond, so a request starts up to a millisecond or so before or after
+its due time (more when the generator is descheduled; docs/performance.md has the figures):
 that error of the generator's is not the server's latency, and it is reported on its own
 (``generator_late_ms``: start minus due time), beside the latency measured from the due time
 (``latency_from_due_ms``, the measure before issue 18's third stop).
