@@ -12,6 +12,7 @@ from datetime import datetime
 import pytest
 from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay_core.db import direct as direct_db
@@ -164,7 +165,7 @@ async def test_a_full_pool_makes_work_wait_and_then_gives_up(engine: AsyncEngine
     try:
         async with pool.connection():
             waiting = asyncio.create_task(pool.run("SELECT 1"))
-            with pytest.raises(DBAPIError, match="no direct connection free"):
+            with pytest.raises(PoolTimeout, match="no direct connection free"):
                 await waiting
         # Freed: the next one gets it at once.
         assert await pool.run("SELECT 1") == [1]
@@ -172,9 +173,8 @@ async def test_a_full_pool_makes_work_wait_and_then_gives_up(engine: AsyncEngine
         await pool.close()
 
 
-async def test_a_deadlock_victim_is_sent_again(
-    engine: AsyncEngine, pool: DirectPool, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _deadlocked_once(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The first statement sent is chosen as a deadlock's victim; the statements sent."""
     import asyncmy.errors
 
     execute = direct_db.execute
@@ -190,9 +190,46 @@ async def test_a_deadlock_victim_is_sent_again(
         return await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
 
     monkeypatch.setattr(direct_db, "execute", deadlocked_once)
+    return calls
+
+
+async def test_a_deadlock_victim_is_sent_again(
+    engine: AsyncEngine, pool: DirectPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _deadlocked_once(monkeypatch)
     assert await pool.run("INSERT INTO probe (id) VALUES (1)") == [1]
     assert len(calls) == 2
     assert [r[0] for r in await _rows(engine)] == [1]
+
+
+async def test_work_cancelled_while_its_error_is_rolled_back_stops_there(
+    engine: AsyncEngine, pool: DirectPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = _deadlocked_once(monkeypatch)
+    rollback = pool._rollback
+
+    async def slow_rollback(conn: object) -> None:
+        await asyncio.sleep(0.2)  # (a round trip, widened to be hit)
+        await rollback(conn)
+
+    monkeypatch.setattr(pool, "_rollback", slow_rollback)
+    work = asyncio.create_task(pool.run("INSERT INTO probe (id) VALUES (1)"))
+    await asyncio.sleep(0.05)  # the deadlock is being rolled back
+    work.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await work
+    # Not taken for a deadlock to send again: cancelled work does nothing more.
+    assert len(calls) == 1
+    assert await _rows(engine) == []
+
+
+async def test_a_connection_given_back_after_close_is_closed(engine: AsyncEngine) -> None:
+    pool = DirectPool.create(engine, size=1, timeout_s=1.0)
+    assert pool is not None
+    async with pool.connection() as conn:
+        await pool.close()
+    assert not conn.connected
+    assert pool._slots.open == 0
 
 
 async def _fetch(conn: object, sql: str) -> list[tuple[object, ...]]:

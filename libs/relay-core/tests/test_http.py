@@ -64,6 +64,10 @@ class _Server(asyncio.Protocol):
             self.transport.close()
         elif target == "/flaky":
             write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+        elif target == "/vanish" and self.served:  # reads it, then the server goes away
+            assert self.owner.server is not None
+            self.owner.server.close()
+            self.transport.close()
         elif target == "/slow":
             pass  # never answers
         else:
@@ -165,6 +169,20 @@ async def test_a_hangup_on_a_reused_connection_is_retried_only_when_idempotent(
         await client.request("POST", "/flaky", body=b"{}")
     assert raised.value.sent
     assert [r[0] for r in server.requests].count("POST") == 1
+    await client.aclose()
+
+
+async def test_a_request_sent_once_is_never_reported_not_sent(server: Answers) -> None:
+    client = _client(server, connect_timeout_s=0.5)
+    await client.request("GET", "/json")
+    # The server reads a DELETE on the used connection and goes away unanswered: the retry
+    # finds nothing listening, yet the first copy may have been acted on.
+    with pytest.raises(Disconnected) as raised:
+        await client.request("DELETE", "/vanish")
+    assert raised.value.sent
+    assert [r[0] for r in server.requests] == ["GET", "DELETE"]
+    with pytest.raises(ValueError, match="HEAD"):
+        await client.request("HEAD", "/json")
     await client.aclose()
 
 

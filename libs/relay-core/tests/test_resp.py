@@ -113,3 +113,70 @@ async def test_a_password_is_sent_and_a_refusal_surfaces() -> None:
     with pytest.raises(ResponseError):
         await client.get("x")
     await client.aclose()
+
+
+class _SilentFirst(asyncio.Protocol):
+    """A server whose first connection never answers; the later ones answer OK to all."""
+
+    made = 0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        type(self).made += 1
+        self.first = type(self).made == 1
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if not self.first:
+            self.transport.write(b"+OK\r\n" * data.count(b"*"))
+
+
+async def test_a_connect_every_caller_left_does_not_answer_for_the_next() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_SilentFirst, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = RespClient(f"redis://:pw@127.0.0.1:{port}/0", 0.2)
+    try:
+        left = asyncio.create_task(client.execute("PING"))
+        await asyncio.sleep(0.05)
+        left.cancel()  # its caller gave up while AUTH went unanswered...
+        await asyncio.sleep(0.3)  # ...and that connect timed out with nobody waiting
+        # The next command connects again rather than inherit the old timeout.
+        assert await client.execute("PING") == b"OK"
+        assert _SilentFirst.made == 2
+    finally:
+        await client.aclose()
+        server.close()
+
+
+class _SlowAuth(asyncio.Protocol):
+    """Answers OK to everything, a tenth of a second late; remembers its connections."""
+
+    open: list[_SlowAuth] = []
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.open.append(self)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open.remove(self)
+
+    def data_received(self, data: bytes) -> None:
+        answer = b"+OK\r\n" * data.count(b"*")
+        asyncio.get_running_loop().call_later(0.1, self.transport.write, answer)
+
+
+async def test_a_connection_made_as_the_client_closes_is_not_kept() -> None:
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(_SlowAuth, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    client = RespClient(f"redis://:pw@127.0.0.1:{port}/0", 1.0)
+    try:
+        command = asyncio.create_task(client.execute("PING"))
+        await asyncio.sleep(0.03)  # connected, AUTH not yet answered
+        await client.aclose()
+        with pytest.raises(RedisConnectionError, match="closed"):
+            await command
+        await asyncio.sleep(0.05)
+        assert _SlowAuth.open == []
+    finally:
+        server.close()

@@ -33,3 +33,21 @@ async def test_waiters_are_woken_in_turn_and_a_cancelled_one_passes_its_wake_on(
     assert await asyncio.wait_for(second, 1) is True
     with pytest.raises(asyncio.CancelledError):
         await first
+
+
+async def test_a_wake_that_comes_as_the_deadline_falls_due_is_not_lost() -> None:
+    slots = Slots(1)
+    assert slots.take()
+    now = time.monotonic()
+    first = asyncio.create_task(slots.wait(now + 0.05))
+    second = asyncio.create_task(slots.wait(now + 5))
+    await asyncio.sleep(0.01)
+    time.sleep(0.06)  # the loop is busy past the first one's deadline...
+    await asyncio.sleep(0)  # ...whose timer is now due in the same iteration as the wake:
+    slots.closed()  # room, for the first in line
+    # The first was woken: it says so (or passes the wake on); nobody waits for nothing.
+    assert await first is True
+    assert slots.take()
+    second.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await second

@@ -10,16 +10,18 @@ What it is: keep-alive connections to one origin (``http`` or ``https``), at mos
 piece and its answer parsed by httptools (llhttp, the parser uvicorn serves with: lengths,
 chunked bodies, keep-alive rules). Not there, because these calls need none of it: redirects,
 compression (none is asked for), proxies, cookies, bodies delimited by the connection's end,
-pipelining.
+pipelining, HEAD (the parser is not told a HEAD's answer has no body).
 
 What it tells apart, because the executor's exactly-once logic rests on it: :class:`NotSent`
 (no connection within the connect timeout, refused, unresolvable: the server certainly never
 saw the request) from the errors once the request was written (:class:`AnswerTimeout`,
 :class:`Disconnected`, :class:`BadAnswer`: the server may have acted on it). A request whose
 reused connection turns out closed before any answer is sent again on a new connection only
-when its method is idempotent (RFC 9112 §9.3.1.1), never a POST. A connection idle longer
-than ``keepalive_s`` is closed rather than reused, so that a server's own idle timeout (5 s
-for the OZ Relayer's actix-web and for uvicorn) rarely closes one under a request.
+when its method is idempotent (RFC 9112 §9.3.1.1), never a POST; if that second try finds no
+connection, the request is :class:`Disconnected` (the first copy was written), not
+:class:`NotSent`. A connection idle longer than ``keepalive_s`` is closed rather than reused,
+so that a server's own idle timeout (5 s for the OZ Relayer's actix-web and for uvicorn)
+rarely closes one under a request.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import httptools
 
 from relay_core.slots import Slots
 
-_IDEMPOTENT = frozenset({"GET", "HEAD", "PUT", "DELETE", "OPTIONS"})
+_IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
 _MAX_BODY = 64 * 1024 * 1024
 
 
@@ -216,12 +218,21 @@ class HttpClient:
     ) -> Response:
         """``method`` ``target`` (a path with its query) with ``headers`` (``Host`` and
         ``Content-Length`` are added) and ``body``; the answer, whatever its status."""
+        if method == "HEAD":
+            raise ValueError("HEAD is not supported (its answer's length would be waited for)")
         request = _request(method, target, self.authority, headers, body)
         read_timeout = self._read_timeout_s if timeout_s is None else timeout_s
         retry = method in _IDEMPOTENT
+        resending = False
         loop = asyncio.get_running_loop()
         while True:
-            conn, reused = await self._acquire()
+            try:
+                conn, reused = await self._acquire()
+            except NotSent as exc:
+                if not resending:
+                    raise
+                # the first copy went out, and the server may have read it
+                raise Disconnected(f"sent, then no connection to send it again: {exc}") from exc
             answer = conn.send(request)
             # (a timer on the answer itself: asyncio.timeout costs several times as much)
             timer = loop.call_later(read_timeout, conn.expire, read_timeout)
@@ -235,7 +246,7 @@ class HttpClient:
                 # A kept-alive connection the server had closed as the request went out: it
                 # never read it. Safe to send again only where doing it twice does no harm.
                 if reused and retry and not conn.answered:
-                    retry = False
+                    retry, resending = False, True
                     continue
                 raise
             except BaseException:  # cancelled, or a parse error: the connection is spent

@@ -62,19 +62,32 @@ class RespClient:
         return await conn.call(_command(args), self._timeout_s)
 
     async def aclose(self) -> None:
+        if self._opening is not None:  # a connect under way: its connection is not kept
+            self._opening.add_done_callback(self._close_opened)
         if self._conn is not None:
             self._conn.close(RedisConnectionError("the client is closed"))
+            self._conn = None
+
+    def _close_opened(self, opening: asyncio.Future[_Connection]) -> None:
+        if opening.cancelled() or opening.exception() is not None:
+            return
+        conn = opening.result()
+        conn.close(RedisConnectionError("the client is closed"))
+        if self._conn is conn:
             self._conn = None
 
     async def _open(self) -> _Connection:
         if self._opening is None:  # one connection made, however many commands wait for it
             self._opening = asyncio.ensure_future(self._connect())
-        opening = self._opening
-        try:
-            return await asyncio.shield(opening)
-        finally:
-            if opening.done() and self._opening is opening:
-                self._opening = None
+            self._opening.add_done_callback(self._opened)
+        return await asyncio.shield(self._opening)
+
+    def _opened(self, opening: asyncio.Future[_Connection]) -> None:
+        """A connect ended, whoever still waits for it: the next command tries afresh."""
+        if self._opening is opening:
+            self._opening = None
+        if not opening.cancelled():
+            opening.exception()  # (retrieved: every waiter may have left)
 
     async def _connect(self) -> _Connection:
         loop = asyncio.get_running_loop()

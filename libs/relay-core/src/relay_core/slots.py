@@ -52,7 +52,9 @@ class Slots:
                 await waiter
             return True
         except TimeoutError:
-            return False
+            # Woken in the very iteration the deadline fell due: the wake is this waiter's
+            # (returning False would drop it, and the next in line would wait for nothing).
+            return waiter.done() and not waiter.cancelled()
         except asyncio.CancelledError:
             if waiter.done() and not waiter.cancelled():
                 self.wake()  # woken, then cancelled: the wake goes to the next in line

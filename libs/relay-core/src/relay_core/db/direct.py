@@ -18,8 +18,9 @@ INSERT costs about half the client CPU of a text ``INSERT; COMMIT`` (docs/perfor
 
 What stays the same: values are converted by the columns' own SQLAlchemy bind processors
 (JSON through orjson, ``None`` as JSON ``null``) and escaped by the driver exactly as before;
-errors come out as SQLAlchemy's exceptions (``IntegrityError``, ``OperationalError``...), so
-every handler above (409 on a duplicate, 503 on an outage, the consumer's retry) is unchanged.
+errors come out as SQLAlchemy's exceptions (``IntegrityError``, ``OperationalError``...; no
+connection free in time is its pool's ``TimeoutError``), so every handler above (409 on a
+duplicate, 503 on an outage, the consumer's retry) is unchanged.
 
 The pool is small and strict: at most ``size`` connections (beside SQLAlchemy's pool: both
 count towards MySQL's ``max_connections``), a connection that failed in a way that may have
@@ -41,6 +42,7 @@ from typing import Any
 from sqlalchemy import Column, Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 from sqlalchemy.orm import make_transient_to_detached
 from sqlalchemy.orm.attributes import instance_state
@@ -210,12 +212,8 @@ class DirectPool:
                     self._slots.closed()
                     raise
             if not await self._slots.wait(deadline):
-                raise DBAPIError.instance(
-                    None,
-                    None,
-                    TimeoutError(f"no direct connection free within {self._timeout_s} s"),
-                    Exception,
-                )
+                # SQLAlchemy's own pool says it so: callers tell a full pool from a failure
+                raise PoolTimeout(f"no direct connection free within {self._timeout_s} s")
 
     async def _connect(self) -> Any:
         try:
@@ -227,6 +225,9 @@ class DirectPool:
         return conn
 
     def _release(self, conn: Any) -> None:
+        if self._closed:  # given back after close(): nobody will take it again
+            self._forget(conn)
+            return
         self._idle.append(conn)
         self._slots.wake()
 
@@ -241,9 +242,12 @@ class DirectPool:
         if exc is None or (isinstance(exc, DBAPIError) and not exc.connection_invalidated):
             try:
                 await self._rollback(conn)
-            except BaseException:
+            except Exception:
                 self._forget(conn)
                 return
+            except BaseException:  # cancelled meanwhile: the cancellation goes on up
+                self._forget(conn)
+                raise
             self._release(conn)
             return
         self._forget(conn)
