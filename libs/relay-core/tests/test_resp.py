@@ -115,25 +115,44 @@ async def test_a_password_is_sent_and_a_refusal_surfaces() -> None:
     await client.aclose()
 
 
-class _SilentFirst(asyncio.Protocol):
-    """A server whose first connection never answers; the later ones answer OK to all."""
+class _FakeRedis:
+    """A server that answers OK to every command, ``delay_s`` late, and not at all on its
+    first connection when ``silent_first``; it counts the connections made and still open."""
 
-    made = 0
+    def __init__(self, *, delay_s: float = 0.0, silent_first: bool = False) -> None:
+        self.delay_s, self.silent_first = delay_s, silent_first
+        self.made = 0
+        self.open: list[asyncio.Transport] = []
+
+    async def start(self) -> tuple[asyncio.Server, int]:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: _FakeConnection(self), "127.0.0.1", 0
+        )
+        return server, server.sockets[0].getsockname()[1]
+
+
+class _FakeConnection(asyncio.Protocol):
+    def __init__(self, owner: _FakeRedis) -> None:
+        self.owner = owner
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        type(self).made += 1
-        self.first = type(self).made == 1
         self.transport: asyncio.Transport = transport  # type: ignore[assignment]
+        self.owner.made += 1
+        self.silent = self.owner.silent_first and self.owner.made == 1
+        self.owner.open.append(self.transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.owner.open.remove(self.transport)
 
     def data_received(self, data: bytes) -> None:
-        if not self.first:
-            self.transport.write(b"+OK\r\n" * data.count(b"*"))
+        if not self.silent:
+            answer = b"+OK\r\n" * data.count(b"*")
+            asyncio.get_running_loop().call_later(self.owner.delay_s, self.transport.write, answer)
 
 
 async def test_a_connect_every_caller_left_does_not_answer_for_the_next() -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(_SilentFirst, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    fake = _FakeRedis(silent_first=True)
+    server, port = await fake.start()
     client = RespClient(f"redis://:pw@127.0.0.1:{port}/0", 0.2)
     try:
         left = asyncio.create_task(client.execute("PING"))
@@ -142,33 +161,15 @@ async def test_a_connect_every_caller_left_does_not_answer_for_the_next() -> Non
         await asyncio.sleep(0.3)  # ...and that connect timed out with nobody waiting
         # The next command connects again rather than inherit the old timeout.
         assert await client.execute("PING") == b"OK"
-        assert _SilentFirst.made == 2
+        assert fake.made == 2
     finally:
         await client.aclose()
         server.close()
 
 
-class _SlowAuth(asyncio.Protocol):
-    """Answers OK to everything, a tenth of a second late; remembers its connections."""
-
-    open: list[_SlowAuth] = []
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport: asyncio.Transport = transport  # type: ignore[assignment]
-        self.open.append(self)
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.open.remove(self)
-
-    def data_received(self, data: bytes) -> None:
-        answer = b"+OK\r\n" * data.count(b"*")
-        asyncio.get_running_loop().call_later(0.1, self.transport.write, answer)
-
-
 async def test_a_connection_made_as_the_client_closes_is_not_kept() -> None:
-    loop = asyncio.get_running_loop()
-    server = await loop.create_server(_SlowAuth, "127.0.0.1", 0)
-    port = server.sockets[0].getsockname()[1]
+    fake = _FakeRedis(delay_s=0.1)
+    server, port = await fake.start()
     client = RespClient(f"redis://:pw@127.0.0.1:{port}/0", 1.0)
     try:
         command = asyncio.create_task(client.execute("PING"))
@@ -177,6 +178,7 @@ async def test_a_connection_made_as_the_client_closes_is_not_kept() -> None:
         with pytest.raises(RedisConnectionError, match="closed"):
             await command
         await asyncio.sleep(0.05)
-        assert _SlowAuth.open == []
+        assert fake.made == 1
+        assert fake.open == []
     finally:
         server.close()

@@ -222,14 +222,14 @@ class HttpClient:
             raise ValueError("HEAD is not supported (its answer's length would be waited for)")
         request = _request(method, target, self.authority, headers, body)
         read_timeout = self._read_timeout_s if timeout_s is None else timeout_s
-        retry = method in _IDEMPOTENT
-        resending = False
+        idempotent = method in _IDEMPOTENT
+        resent = False
         loop = asyncio.get_running_loop()
         while True:
             try:
                 conn, reused = await self._acquire()
             except NotSent as exc:
-                if not resending:
+                if not resent:
                     raise
                 # the first copy went out, and the server may have read it
                 raise Disconnected(f"sent, then no connection to send it again: {exc}") from exc
@@ -245,8 +245,8 @@ class HttpClient:
                 self._discard(conn)
                 # A kept-alive connection the server had closed as the request went out: it
                 # never read it. Safe to send again only where doing it twice does no harm.
-                if reused and retry and not conn.answered:
-                    retry, resending = False, True
+                if reused and idempotent and not resent and not conn.answered:
+                    resent = True
                     continue
                 raise
             except BaseException:  # cancelled, or a parse error: the connection is spent
