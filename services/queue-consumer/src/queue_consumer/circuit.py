@@ -88,6 +88,7 @@ class CircuitBreaker:
         self._ticket: int | None = None  # the message carrying the half-open probe
         self._tickets = 0
         self._changed = asyncio.Event()
+        self.changes = 0  # how many times it changed (a waiter's wake-up)
         self.last_error = ""
         self.opened = 0  # how many times it opened (for the summary and /health)
 
@@ -222,6 +223,25 @@ class CircuitBreaker:
             timeout = self._reopen_at - self._clock() if state is CircuitState.open else None
             await self._wait(timeout)
 
+    def take_ticket(self) -> int | None:
+        """Half-open with no probe under way: the ticket of the message that will carry it."""
+        if self.state is CircuitState.half_open and not self._probing and self._ticket is None:
+            self._tickets += 1
+            self._ticket = self._tickets
+            return self._ticket
+        return None
+
+    def now(self) -> float:
+        return self._clock()
+
+    @property
+    def reopens_at(self) -> float:
+        return self._reopen_at
+
+    async def wait_change(self, until: float | None) -> None:
+        """Until the circuit changes, or the clock reaches ``until``."""
+        await self._wait(None if until is None else until - self._clock())
+
     def return_ticket(self, ticket: int | None) -> None:
         if ticket is not None and ticket == self._ticket:
             self._ticket = None
@@ -240,6 +260,7 @@ class CircuitBreaker:
         self._notify()
 
     def _notify(self) -> None:
+        self.changes += 1
         self._changed.set()
         self._changed = asyncio.Event()
 

@@ -20,7 +20,7 @@ from typing import Any
 
 import sqlalchemy.exc
 
-from queue_consumer import metrics
+from queue_consumer import metrics, receiving
 from queue_consumer.circuit import CircuitBreaker
 from queue_consumer.lanes import Capacity, Deleter, Lane
 from queue_consumer.notifications.service import Notifier
@@ -205,21 +205,11 @@ class Consumer:
         waiting message at once, instead of staying empty while a poller gathers a batch's
         worth of room and then receives (each slot's turn was ~5 % longer that way)."""
         while not self.stopping.is_set():
-            if not lane.receiving.is_set():  # paused by an operator: receive nothing
-                lane.parked += 1
-                try:
-                    await lane.receiving.wait()
-                finally:
-                    lane.parked -= 1
+            decision = receiving.decide(lane, self.breaker, self.breaker.now())
+            if isinstance(decision, receiving.Wait):
+                await self._wait(lane, decision)
                 continue
-            # While the executor circuit is open nothing is received (messages keep their
-            # receive counts); half-open, one message at a time carries the probe. The probe
-            # is the normal pollers' to carry: a fast poller holding it through a long poll
-            # of an empty fast queue would keep the circuit from ever closing.
-            if lane.urgent and not self.breaker.closed:
-                await asyncio.sleep(0.2)
-                continue
-            want, ticket = await self.breaker.receivable(10)
+            want, ticket = decision.count, decision.ticket
             me = asyncio.current_task()
             try:
                 if me is not None:
@@ -285,6 +275,18 @@ class Consumer:
                     task.add_done_callback(functools.partial(self._return_ticket, ticket))
             if admission.expected:
                 await admission.all_in.wait()
+
+    async def _wait(self, lane: Lane, decision: receiving.Wait) -> None:
+        if decision.switch:
+            lane.parked += 1
+            try:
+                await lane.receiving.wait()
+            finally:
+                lane.parked -= 1
+        elif decision.circuit_change:
+            await self.breaker.wait_change(decision.until)
+        elif decision.until is not None:
+            await asyncio.sleep(max(0.0, decision.until - self.breaker.now()))
 
     def _return_ticket(self, ticket: int, _: asyncio.Task[None]) -> None:
         self.breaker.return_ticket(ticket)
