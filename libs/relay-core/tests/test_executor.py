@@ -231,3 +231,49 @@ async def test_the_executor_is_told_the_request_id_and_trace_and_the_call_is_tim
     assert seen[1]["traceparent"] == trace.traceparent
     assert sum(b.get() for b in counted._buckets) - before[1] == 2
     assert counted._sum.get() > before[0]
+
+
+@pytest.mark.parametrize(
+    ("status", "answer", "kind"),
+    [
+        (200, {"paused": True, "system_disabled": False}, ErrorKind.refused),
+        (200, {"paused": False, "system_disabled": True}, ErrorKind.refused),
+        (429, None, ErrorKind.rate_limited),
+        (503, None, ErrorKind.server_error),
+    ],
+)
+async def test_the_probe_fails_when_the_relayer_could_not_send(
+    serve: Callable[[Handler], Awaitable[str]],
+    status: int,
+    answer: dict[str, bool] | None,
+    kind: ErrorKind,
+) -> None:
+    body = {"success": status == 200, "data": answer, "error": None if answer else "no"}
+    client = ExecutorClient(await serve(_answer(status, body)), "key", "relayer-1")
+    try:
+        with pytest.raises(ExecutorError) as caught:
+            await client.probe()
+        assert caught.value.kind is kind
+    finally:
+        await client.aclose()
+
+
+async def test_the_probe_reads_the_relayers_status(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    seen: list[bytes] = []
+    body = {"success": True, "data": {"paused": False, "balance": "10"}, "error": None}
+    answer = _answer(200, body)
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        seen.append(head.split(b"\r\n", 1)[0])
+        reader.feed_data(head)
+        await answer(reader, writer)
+
+    client = ExecutorClient(await serve(handle), "key", "relayer/1")
+    try:
+        assert (await client.probe())["balance"] == "10"
+    finally:
+        await client.aclose()
+    assert seen == [b"GET /api/v1/relayers/relayer%2F1/status HTTP/1.1"]

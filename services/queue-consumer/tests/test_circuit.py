@@ -3,10 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 
-from queue_consumer.circuit import CircuitBreaker, CircuitOpen, CircuitState, ExecutorGuard
+from queue_consumer import receiving
+from queue_consumer.circuit import (
+    RETRY_AFTER_CAP_S,
+    CircuitBreaker,
+    CircuitOpen,
+    CircuitState,
+    ExecutorGuard,
+    probe_when_due,
+)
+from queue_consumer.lanes import Lane
 from relay_core.executor import ErrorKind, ExecutorError
 
 
@@ -115,31 +125,71 @@ def test_a_probe_that_ends_without_a_verdict_lets_the_next_one_through() -> None
     assert b.admit() is True
 
 
-async def test_pollers_wait_while_open_then_receive_one_message_at_a_time() -> None:
-    b = CircuitBreaker(failure_threshold=3, cooldown_s=0.3)  # the real clock: pollers sleep
-    assert await b.receivable(10) == (10, None)
+async def test_pollers_of_every_lane_wait_while_it_is_open_and_the_consumer_probes_it_itself() -> (
+    None
+):
+    b = CircuitBreaker(failure_threshold=3, cooldown_s=0.2)  # the real clock: waits are real
+    lanes = [Lane(name, name, name, None, 1) for name in ("normal", "fast")]  # type: ignore[arg-type]
+    for lane in lanes:
+        lane.receiving.set()
+        assert receiving.decide(lane, [b]) == receiving.Receive(10)
     for _ in range(3):
         b.record(down(), probe=False)
-    waiting = asyncio.create_task(b.receivable(10))
-    await asyncio.sleep(0.1)
-    assert not waiting.done()  # open: nothing is received
-    count, ticket = await asyncio.wait_for(waiting, 1)
-    assert (count, ticket is not None) == (1, True)
-    second = asyncio.create_task(b.receivable(10))
-    await asyncio.sleep(0.05)
-    assert not second.done()  # one message carries the probe at a time
-    b.return_ticket(ticket)  # that message needed no executor call
-    count, current = await asyncio.wait_for(second, 1)
-    assert count == 1
-    b.return_ticket(ticket)  # a stale ticket changes nothing
-    third = asyncio.create_task(b.receivable(10))
-    await asyncio.sleep(0.05)
-    assert not third.done()
-    b.return_ticket(current)
-    assert (await asyncio.wait_for(third, 1))[0] == 1
-    assert b.admit() is True
-    b.record(None, probe=True)
-    assert await asyncio.wait_for(b.receivable(10), 1) == (10, None)
+    for lane in lanes:  # open: no lane receives, whichever holds the work
+        decision = receiving.decide(lane, [b])
+        assert isinstance(decision, receiving.Wait)
+        assert decision.until == b.reopens_at
+    calls: list[str] = []
+    answers = iter([down(), None])  # the first probe fails, the second gets an answer
+
+    async def status() -> None:
+        calls.append("probe")
+        answer = next(answers)
+        if answer is not None:
+            raise answer
+
+    prober = asyncio.create_task(probe_when_due(b, status, timeout_s=1))
+    try:
+        await asyncio.wait_for(_until(lambda: b.closed), 5)
+    finally:
+        prober.cancel()
+    assert calls == ["probe", "probe"]  # no message was needed to carry either
+    for lane in lanes:
+        assert receiving.decide(lane, [b]) == receiving.Receive(10)
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
+def test_a_probe_that_passes_while_real_calls_still_fail_does_not_reset_the_cooldown() -> None:
+    clock = Clock()
+    b = breaker(clock)
+    for _ in range(3):
+        b.record(down(), probe=False)
+    cooldowns = []
+    for _ in range(4):
+        clock.now += b.retry_in()
+        b.record(None, probe=b.admit())  # the status read answers...
+        assert b.closed
+        for _ in range(3):
+            b.record(down(), probe=False)  # ...the sends do not
+        cooldowns.append(b.retry_in())
+    assert cooldowns == [4.0, 8.0, 8.0, 8.0]
+    clock.now += b.retry_in()
+    b.record(None, probe=b.admit())
+    b.record(None, probe=False)  # a real call answered: trusted again
+    for _ in range(3):
+        b.record(down(), probe=False)
+    assert b.retry_in() == pytest.approx(2.0)
+
+
+def test_a_429_is_honoured_up_to_a_cap() -> None:
+    b = breaker(Clock())
+    for _ in range(3):
+        b.record(down(ErrorKind.rate_limited, after=3600), probe=False)
+    assert b.retry_in() == pytest.approx(RETRY_AFTER_CAP_S)
 
 
 async def test_the_guard_caps_calls_in_flight() -> None:
@@ -175,7 +225,7 @@ def test_a_late_answer_to_a_call_from_before_does_not_close_it() -> None:
     b = breaker(clock)
     straggler = b.admit()  # admitted while closed, answered after the circuit opened
     for _ in range(3):
-        b.record(down(ErrorKind.rate_limited, after=60), probe=False)
+        b.record(down(ErrorKind.rate_limited, after=20), probe=False)
     b.record(None, probe=straggler)
     assert b.state is CircuitState.open
-    assert b.retry_in() == pytest.approx(60.0)
+    assert b.retry_in() == pytest.approx(20.0)

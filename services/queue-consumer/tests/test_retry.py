@@ -30,6 +30,11 @@ POLICY = Policy(max_receive_count=3, base_s=2.0, cap_s=60.0)
         # An unexpected error is retried, but the redrive policy ends it (never requeued).
         (Failure.error, 1, None, Action.backoff, 1, 2),
         (Failure.error, 3, None, Action.backoff, 4, 8),
+        # Waiting out someone else's failure: back exactly when asked, however many receives.
+        (Failure.deferred, 1, 3.0, Action.backoff, 3, 3),
+        (Failure.deferred, 2, 0.4, Action.backoff, 1, 1),
+        (Failure.held, 2, 2.0, Action.backoff, 2, 2),
+        (Failure.deferred, 3, 5.0, Action.requeue, 5, 5),
         (Failure.permanent, 1, None, Action.dead_letter, 0, 0),
         (Failure.permanent, 3, None, Action.dead_letter, 0, 0),
         (Failure.exhausted, 2, None, Action.dead_letter, 0, 0),
@@ -50,6 +55,20 @@ def test_plan_retry_table(
         )
         assert plan.action is action
         assert low <= plan.delay_s <= high
+
+
+def test_backoff_grows_with_the_transactions_own_failures_not_its_receives() -> None:
+    # Received 30 times (circuit-open deferrals, a settle wait, held turns) but failed once:
+    # its back-off is that of one failure, not of thirty.
+    policy = Policy(max_receive_count=40, base_s=2.0, cap_s=300.0)
+    for seed in range(50):
+        once = plan_retry(Failure.transient, 30, policy, attempts=1, rng=random.Random(seed))
+        assert 1 <= once.delay_s <= 2
+        often = plan_retry(Failure.rate_limited, 2, policy, attempts=6, rng=random.Random(seed))
+        assert 32 <= often.delay_s <= 64
+        # Without a count of its own (the database never answered), the receives count.
+        unknown = plan_retry(Failure.transient, 6, policy, rng=random.Random(seed))
+        assert 32 <= unknown.delay_s <= 64
 
 
 def test_backoff_grows_exponentially_and_stops_at_the_cap() -> None:

@@ -141,7 +141,9 @@ class ExecutorClient:
         max_connections: int = 100,
     ) -> None:
         prefix = urlsplit(base_url).path.rstrip("/")
-        self._base = f"{prefix}/api/v1/relayers/{quote(relayer_id, safe='')}/transactions"
+        relayer = f"{prefix}/api/v1/relayers/{quote(relayer_id, safe='')}"
+        self._base = f"{relayer}/transactions"
+        self._status = f"{relayer}/status"
         self._headers = {"authorization": f"Bearer {api_key}"}
         self._json_headers = {**self._headers, "content-type": "application/json"}
         # The connect timeout covers waiting for a pooled connection and opening one: the
@@ -261,6 +263,21 @@ class ExecutorClient:
         target = f"{self._base}/{quote(executor_tx_id, safe='')}"
         body = await self._call("cancel", "DELETE", target)
         return ExecutorTx.from_api(body["data"])
+
+    async def probe(self) -> dict[str, Any]:
+        """The relayer's status (``GET /relayers/{id}/status``): an authenticated read as cheap
+        as any, answered by the same rate limiter as the sends. A relayer that is paused or
+        disabled cannot send either: that is an error (``refused``), as its sends would be."""
+        body = await self._call("status", "GET", self._status)
+        data = body.get("data")
+        status: dict[str, Any] = data if isinstance(data, dict) else {}
+        if status.get("paused") or status.get("system_disabled"):
+            raise ExecutorError(
+                ErrorKind.refused,
+                "the relayer is " + ("paused" if status.get("paused") else "disabled"),
+                certain_not_created=True,
+            )
+        return status
 
     async def list_page(self, page: int, per_page: int = 50) -> ExecutorPage:
         query = http.query({"page": page, "per_page": per_page})

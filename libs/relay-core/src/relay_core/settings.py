@@ -132,7 +132,12 @@ class InfraSettings(BaseSettings):
         "consumer's back-off outlast its one-hour retry budget (docs/runbook.md)",
     )
     queue_visibility_timeout_s: int = Field(
-        60, ge=0, le=43200, description="queue visibility timeout (set by `relay queues create`)"
+        30,
+        ge=0,
+        le=43200,
+        description="queue visibility timeout (set by `relay queues create`): how long the "
+        "messages a consumer held stay hidden after it died; longer work extends it by "
+        "heartbeats",
     )
     queue_retention_s: int = Field(
         4 * 24 * 3600, ge=60, le=1209600, description="message retention of the work queue"

@@ -100,6 +100,7 @@ async def _ops_server(consumer: Consumer, host: str, port: int) -> AsyncIterator
                     {
                         "status": "ok" if healthy else "stopping",
                         "circuit": consumer.breaker.describe(),
+                        "databaseCircuit": consumer.database.describe(),
                         "executorInFlight": consumer.processor.guard.in_flight,
                     }
                 ).encode()

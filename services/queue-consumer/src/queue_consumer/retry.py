@@ -1,5 +1,12 @@
 """What to do with a message after an attempt: one pure function, tested as a table.
 
+A transaction's back-off grows with *its own* failed attempts (its executor calls that
+failed), never with the receives of its message: a message put back because someone else
+failed (the executor circuit open, the database down, an earlier attempt still settling, a
+gasless predecessor not yet executed) waits exactly as long as that takes (``deferred`` and
+``held``), so when the outage ends it is not also serving minutes of back-off it never earned
+(DESIGN invariant 9).
+
 How long a transient failure is retried is not a matter of receive counts: the transaction
 decides that (a time budget counted from its first attempt, ``TransactionProcessor``), and the
 message only carries it. So a message on its last allowed receive is never left for SQS's
@@ -29,6 +36,9 @@ class Failure(StrEnum):
     # Waiting its turn (a gasless nonce whose predecessor has not executed): back exactly
     # when asked, without the growing back-off; requeued like a transient failure.
     held = "held"
+    # Waiting out someone else's failure (the circuit open, the database down, an earlier
+    # attempt settling, a concurrent writer): back exactly when asked, like ``held``.
+    deferred = "deferred"
 
 
 class Action(StrEnum):
@@ -62,22 +72,27 @@ def plan_retry(
     policy: Policy,
     *,
     retry_after_s: float | None = None,
+    attempts: int | None = None,
     rng: random.Random | None = None,
 ) -> Plan:
-    """Decide from the failure kind and the message's ApproximateReceiveCount.
+    """Decide from the failure kind, the transaction's own failed ``attempts`` and the
+    message's ApproximateReceiveCount.
 
     ``None`` means the attempt succeeded (or there was nothing to do): delete.
-    Transient failures back off exponentially with full jitter, capped, and never sooner than
-    the executor asked (429 ``after``); on the last allowed receive the message is requeued.
+    Held and deferred messages come back exactly when asked. Transient failures back off
+    exponentially in the transaction's own failed attempts (the receive count when they are
+    not known: the database never answered), with jitter, capped, and never sooner than the
+    executor asked (429 ``after``). On the last allowed receive the message is requeued.
     """
     if failure is None:
         return Plan(Action.delete)
     if failure in (Failure.permanent, Failure.poison, Failure.exhausted):
         return Plan(Action.dead_letter)
-    if failure is Failure.held and retry_after_s is not None:
+    if failure in (Failure.held, Failure.deferred) and retry_after_s is not None:
         delay = retry_after_s
     else:
-        delay = backoff_s(receive_count, policy, rng=rng)
+        failed = attempts if attempts is not None and attempts > 0 else receive_count
+        delay = backoff_s(failed, policy, rng=rng)
         if retry_after_s is not None:
             delay = max(delay, retry_after_s)
     delay = min(_MAX_VISIBILITY_S, max(1, round(delay)))

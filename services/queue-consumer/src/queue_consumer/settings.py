@@ -55,13 +55,20 @@ class ConsumerSettings(InfraSettings):
         "retried, counted from a transaction's first attempt, before it is failed",
     )
     circuit_failure_threshold: int = Field(
-        5, ge=1, le=1000, description="consecutive executor failures that open the circuit"
+        5,
+        ge=1,
+        le=1000,
+        description="consecutive executor (or database) failures that open its circuit",
     )
     circuit_cooldown_s: float = Field(
-        2.0, gt=0, description="first wait before an open circuit lets a probe through"
+        1.0, gt=0, description="first wait before an open circuit is probed"
     )
     circuit_cooldown_cap_s: float = Field(
-        30.0, gt=0, description="longest wait between probes (doubles per failed probe)"
+        5.0,
+        gt=0,
+        description="longest wait between probes (doubles per failed probe): once the "
+        "executor or the database answers again, work moves within about this long. A probe "
+        "is one cheap read (the relayer's status, SELECT 1) per consumer process",
     )
     consumer_nonce_wait_s: float = Field(
         600.0,

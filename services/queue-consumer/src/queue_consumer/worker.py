@@ -1,16 +1,17 @@
 """The SQS side: a poll loop per lane, per-message timeouts, visibility heartbeats, the
-housekeeping loops (reaper, reconciler, tracker, notifier, the operator's switch), and a
-graceful drain on SIGTERM. Around it, each in its own module: the lanes, their batched deletes
-and the room they share (``lanes.py``), the executor circuit the pollers ask before they
-receive (``circuit.py``: while it is open, messages wait in SQS), and the operator's switch
-(``switch.py``: paused, a lane receives nothing)."""
+housekeeping loops (reaper, reconciler, tracker, notifier, the operator's switch, the circuits'
+probes), and a graceful drain on SIGTERM. Around it, each in its own module: the lanes, their
+batched deletes and the room they share (``lanes.py``), what a poller does next
+(``receiving.py``), the executor and database circuits (``circuit.py``: while one is open,
+messages wait in SQS), and the operator's switch (``switch.py``: paused, a lane receives
+nothing)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
+import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -21,7 +22,7 @@ from typing import Any
 import sqlalchemy.exc
 
 from queue_consumer import metrics, receiving
-from queue_consumer.circuit import CircuitBreaker
+from queue_consumer.circuit import CircuitBreaker, probe_when_due
 from queue_consumer.lanes import Capacity, Deleter, Lane
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
@@ -92,6 +93,16 @@ class Consumer:
         self._heartbeat_interval = max(self._visibility / 2, 1)
         self.last_poll = time.monotonic()
         self.breaker: CircuitBreaker = processor.guard.breaker
+        # Nothing can be claimed or recorded while the database does not answer: its circuit
+        # stops the pollers as the executor's does, and a probe of its own reopens them.
+        self.database = CircuitBreaker(
+            name="database",
+            failure_threshold=settings.circuit_failure_threshold,
+            cooldown_s=settings.circuit_cooldown_s,
+            cooldown_cap_s=settings.circuit_cooldown_cap_s,
+            is_outage=database_down,
+        )
+        self.circuits = (self.breaker, self.database)
         self.tracker: Tracker | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
@@ -128,6 +139,23 @@ class Consumer:
             asyncio.create_task(self._heartbeat_file(), name="heartbeat-file"),
             asyncio.create_task(
                 self.switch.watch(self.settings.consumer_control_interval_s), name="switch"
+            ),
+            asyncio.create_task(
+                probe_when_due(
+                    self.breaker,
+                    self.processor.probe_executor,
+                    self.settings.executor_timeout_s,
+                ),
+                name="executor-probe",
+            ),
+            asyncio.create_task(
+                probe_when_due(
+                    self.database,
+                    self.processor.probe_database,
+                    self.settings.database_connect_timeout_s
+                    + self.settings.database_pool_timeout_s,
+                ),
+                name="database-probe",
             ),
         ]
         if self.tracker is not None:
@@ -205,11 +233,10 @@ class Consumer:
         waiting message at once, instead of staying empty while a poller gathers a batch's
         worth of room and then receives (each slot's turn was ~5 % longer that way)."""
         while not self.stopping.is_set():
-            decision = receiving.decide(lane, self.breaker, self.breaker.now())
+            decision = receiving.decide(lane, self.circuits)
             if isinstance(decision, receiving.Wait):
                 await self._wait(lane, decision)
                 continue
-            want, ticket = decision.count, decision.ticket
             me = asyncio.current_task()
             try:
                 if me is not None:
@@ -217,7 +244,7 @@ class Consumer:
                 try:
                     response = await self.sqs.receive_message(
                         QueueUrl=lane.queue_url,
-                        MaxNumberOfMessages=min(want, self.capacity.batch(lane.urgent)),
+                        MaxNumberOfMessages=min(decision.count, self.capacity.batch(lane.urgent)),
                         WaitTimeSeconds=self.settings.consumer_wait_time_s,
                         AttributeNames=["ApproximateReceiveCount"],
                         MessageAttributeNames=["All"],
@@ -225,11 +252,7 @@ class Consumer:
                 finally:
                     self._in_receive.discard(me)
                 messages = response.get("Messages", [])
-            except asyncio.CancelledError:
-                self.breaker.return_ticket(ticket)
-                raise
             except Exception as exc:
-                self.breaker.return_ticket(ticket)
                 log.warning(
                     "consumer.receive_failed",
                     extra={"lane": lane.name, "poller": index, "error": str(exc)},
@@ -239,7 +262,6 @@ class Consumer:
             self.last_poll = time.monotonic()
             lane.quiet = not messages
             if not messages:
-                self.breaker.return_ticket(ticket)
                 continue
             parsed = [_parse(message) for message in messages]
             try:
@@ -247,9 +269,6 @@ class Consumer:
                 snapshots = await self.processor.load_many(
                     [p.transaction_id for p in parsed if isinstance(p, TransactionMessage)]
                 )
-            except asyncio.CancelledError:
-                self.breaker.return_ticket(ticket)
-                raise
             except Exception as exc:  # each message loads its row itself and fails on its own
                 log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
                 snapshots = {}
@@ -271,8 +290,6 @@ class Consumer:
                 lane.work.add(task)
                 task.add_done_callback(self._work.discard)
                 task.add_done_callback(lane.work.discard)
-                if ticket is not None:  # one message: it carried the half-open probe
-                    task.add_done_callback(functools.partial(self._return_ticket, ticket))
             if admission.expected:
                 await admission.all_in.wait()
 
@@ -283,13 +300,8 @@ class Consumer:
                 await lane.receiving.wait()
             finally:
                 lane.parked -= 1
-        elif decision.circuit_change:
-            await self.breaker.wait_change(decision.until)
-        elif decision.until is not None:
-            await asyncio.sleep(max(0.0, decision.until - self.breaker.now()))
-
-    def _return_ticket(self, ticket: int, _: asyncio.Task[None]) -> None:
-        self.breaker.return_ticket(ticket)
+        elif decision.circuit is not None:
+            await decision.circuit.wait_change(decision.until)
 
     # --- one message ------------------------------------------------------------------------
 
@@ -353,6 +365,7 @@ class Consumer:
                     ),
                 )
                 outcome = await self._attempt(body, str(message.get("MessageId")), snapshot)
+                self.database.record(outcome.database_error, probe=False)
             await self._apply(lane, message, outcome, receive_count, context, started)
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
@@ -391,7 +404,15 @@ class Consumer:
                 return Outcome(Failure.transient, "message timed out", action="timeout")
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
             if isinstance(exc, sqlalchemy.exc.SQLAlchemyError | OSError):
-                return Outcome(Failure.transient, reason, action="database_error")
+                # Nothing was recorded: the message waits for the database, not for a back-off
+                # of its own (the database circuit stops the pollers if this goes on).
+                return Outcome(
+                    Failure.deferred,
+                    reason,
+                    retry_after_s=self.database.retry_in() + random.uniform(1, 3),
+                    action="database_error",
+                    database_error=exc,
+                )
             log.exception(
                 "consumer.message.unexpected", extra={"transactionId": parsed.transaction_id}
             )
@@ -407,7 +428,11 @@ class Consumer:
         started: float,
     ) -> None:
         plan = plan_retry(
-            outcome.failure, receive_count, self.policy, retry_after_s=outcome.retry_after_s
+            outcome.failure,
+            receive_count,
+            self.policy,
+            retry_after_s=outcome.retry_after_s,
+            attempts=outcome.attempts,
         )
         handle = message["ReceiptHandle"]
         if plan.action is Action.delete:
@@ -528,7 +553,8 @@ class Consumer:
         """One reconciler pass, unless the executor circuit is open or a lane is paused: then
         messages wait in SQS on purpose and their rows only look stranded."""
         paused = any(not lane.receiving.is_set() for lane in self.lanes)
-        if self.reconciler is None or not self.breaker.closed or paused:
+        outage = not all(circuit.closed for circuit in self.circuits)
+        if self.reconciler is None or outage or paused:
             return 0
         report = await self.reconciler.run_once()
         self.stats.counts["requeued_by_reconciler"] += report.requeued
@@ -563,6 +589,7 @@ class Consumer:
                         "consumer": self.settings.consumer_id,
                         "lanes": {lane.name: self.switch.state(lane) for lane in self.lanes},
                         "circuit": self.breaker.state.value,
+                        "databaseCircuit": self.database.state.value,
                         "inFlight": len(self._work),
                         "received": self.stats.counts["received"],
                     },
@@ -588,6 +615,18 @@ class _Admission:
         self._waiting -= 1
         if self._waiting <= 0:
             self.all_in.set()
+
+
+def database_down(error: BaseException) -> bool:
+    """The database did not answer (rather than refusing a statement)."""
+    return isinstance(
+        error,
+        sqlalchemy.exc.OperationalError
+        | sqlalchemy.exc.InterfaceError
+        | sqlalchemy.exc.TimeoutError
+        | OSError
+        | TimeoutError,
+    )
 
 
 def _parse(message: dict[str, Any]) -> TransactionMessage | PoisonMessage:

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from sqlalchemy import text
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
@@ -89,10 +90,26 @@ class Outcome:
     reason: str = ""
     retry_after_s: float | None = None
     action: str = "done"
+    # The transaction's own failed attempts, which its back-off grows with (retry.plan_retry).
+    attempts: int | None = None
+    # What the database answered with, when it did not answer (the database circuit's count).
+    database_error: BaseException | None = None
 
     @classmethod
     def done(cls, action: str) -> Outcome:
         return cls(action=action)
+
+
+def circuit_open(retry_in_s: float) -> Outcome:
+    """A message that found the executor circuit open waits for the circuit, not for a
+    back-off of its own: it is visible again soon after the probe is due (the pollers receive
+    nothing until the circuit closes, so it then waits in SQS without spending receives)."""
+    return Outcome(
+        Failure.deferred,
+        "executor circuit open",
+        retry_after_s=retry_in_s + random.uniform(0.5, 2),
+        action="circuit_open",
+    )
 
 
 class TransactionProcessor:
@@ -127,6 +144,16 @@ class TransactionProcessor:
         dev = settings.environment == Environment.dev
         self._fault = os.environ.get("RELAY_CONSUMER_FAULT", "") if dev else ""
         self.conflicts = 0  # adoptions lost to another row (unique executor id)
+
+    # --- the circuits' probes ----------------------------------------------------------------
+
+    async def probe_executor(self) -> None:
+        """The consumer's own half-open probe of the executor: the relayer's status."""
+        await self.guard.within_limit(self.executor.probe())
+
+    async def probe_database(self) -> None:
+        async with self.sessions() as session:
+            await session.execute(text("SELECT 1"))
 
     # --- the unit of work -------------------------------------------------------------------
 
@@ -169,7 +196,7 @@ class TransactionProcessor:
                 # lapsed): wait for that attempt rather than race it.
                 remaining = (tx.claimed_at + self._active_claim - now).total_seconds()
                 return Outcome(
-                    Failure.transient,
+                    Failure.deferred,
                     "still being processed by another consumer",
                     retry_after_s=remaining,
                     action="busy_elsewhere",
@@ -304,7 +331,10 @@ class TransactionProcessor:
                     # the call starts would be broken: withdraw the stamp (nothing was sent).
                     await self._write(tx, tx.status, submit_started_at=None, claimed_by=None)
                     return Outcome(
-                        Failure.transient, "submit budget exceeded", action="late_submit"
+                        Failure.transient,
+                        "submit budget exceeded",
+                        action="late_submit",
+                        attempts=tx.attempts,
                     )
                 log.debug("consumer.submit.started", extra={"transactionId": tx.id})
                 try:
@@ -339,7 +369,7 @@ class TransactionProcessor:
             # In doubt: the executor may have it. The stamp stays; a later attempt decides.
             await self._write(tx, tx.status, claimed_by=None)
             return Outcome(
-                Failure.transient,
+                Failure.deferred,
                 f"in doubt: {exc}",
                 retry_after_s=self._settle_in(tx.submit_started_at),
                 action="retry_in_doubt",
@@ -350,7 +380,13 @@ class TransactionProcessor:
         if self._budget_spent(tx):
             return await self._give_up(tx, str(exc))
         failure = Failure.rate_limited if exc.kind is ErrorKind.rate_limited else Failure.transient
-        return Outcome(failure, str(exc), retry_after_s=exc.retry_after_s, action="retry")
+        return Outcome(
+            failure,
+            str(exc),
+            retry_after_s=exc.retry_after_s,
+            action="retry",
+            attempts=tx.attempts,
+        )
 
     def _budget_spent(self, tx: Transaction) -> bool:
         return utcnow() - (tx.first_attempt_at or tx.created_at) > self._retry_budget
@@ -376,7 +412,7 @@ class TransactionProcessor:
         wait_s = self._settle_in(started)
         if wait_s > 0:
             return Outcome(
-                Failure.transient,
+                Failure.deferred,
                 "earlier submit in doubt; waiting for it to settle",
                 retry_after_s=wait_s,
                 action="wait_settle",
@@ -422,6 +458,7 @@ class TransactionProcessor:
                     f"in doubt; executor lookup incomplete: {found.reason}",
                     retry_after_s=self.guard.breaker.retry_in() or None,
                     action="lookup_incomplete",
+                    attempts=tx.attempts,
                 )
             async with self.sessions() as session:
                 taken = await repository.executor_ids_taken(
@@ -454,7 +491,7 @@ class TransactionProcessor:
         else:
             await self._write(tx, tx.status, claimed_by=None)
             return Outcome(
-                Failure.transient,
+                Failure.deferred,
                 "in doubt; every match was taken by another row meanwhile",
                 retry_after_s=1,
                 action="adoption_conflict",
@@ -498,7 +535,7 @@ class TransactionProcessor:
         ):
             return Outcome.done("lost_claim")
         return Outcome(
-            Failure.transient,
+            Failure.deferred,
             "claim lost to a concurrent writer",
             retry_after_s=1,
             action="lost_claim_retry",
@@ -506,13 +543,7 @@ class TransactionProcessor:
 
     @staticmethod
     def _circuit_open(retry_in_s: float) -> Outcome:
-        # Back when a probe may have settled it; the pollers do not receive meanwhile.
-        return Outcome(
-            Failure.transient,
-            "executor circuit open",
-            retry_after_s=retry_in_s + random.uniform(1, 5),
-            action="circuit_open",
-        )
+        return circuit_open(retry_in_s)
 
     # --- recording the executor's answer ------------------------------------------------------
 
