@@ -4,6 +4,7 @@ non-final state without a watcher."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 from datetime import timedelta
@@ -24,11 +25,13 @@ from consumer_testkit import (
 )
 
 from queue_consumer.settings import ConsumerSettings
+from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import utcnow
 from relay_core.reconcile import Reconciler
 
 LONG_AGO = timedelta(hours=3)
+SOON = timedelta(seconds=1)
 
 
 async def _reconcile_once(
@@ -152,3 +155,32 @@ async def test_relay_reconcile_once_runs_one_pass_and_says_what_it_did(
     assert "examined 3 row(s): 3 enqueued again, 0 failed as dead-lettered" in result.stdout
     assert await queue_depth(sqs, queues[0]) == 3
     assert all(r["enqueued_at"] > utcnow() - timedelta(minutes=1) for r in rows(database_url))
+
+
+async def test_rows_sent_to_a_queue_that_was_made_again_are_enqueued_again_at_once(
+    database_url: str, sqs: Any, queues: tuple[str, str], consumer_settings: ConsumerSettings
+) -> None:
+    engine = create_engine(consumer_settings)
+    reconciler = Reconciler(create_sessionmaker(engine), sqs, {"normal": queues}, consumer_settings)
+    try:
+        assert (await reconciler.requeue_lost()).requeued == 0  # the queue as first seen
+        pending = seed_rows(database_url, 4)
+        unclaimed, claimed, submitted = seed_rows(database_url, 3)
+        set_rows(database_url, [unclaimed], status="processing", attempts=1)
+        set_rows(
+            database_url, [claimed], status="processing", claimed_by="m@c", claimed_at=utcnow()
+        )
+        set_rows(database_url, [submitted], status="submitted", executor_tx_id="x-1")
+        assert (await reconciler.requeue_lost()).requeued == 0  # the same queue: nothing lost
+        await asyncio.sleep(1.1)  # SQS keeps a queue's creation time in whole seconds
+        # The SQS server lost its state: the queue exists again, empty.
+        await sqs.delete_queue(QueueUrl=queues[0])
+        await queue_mod.create_lane(sqs, consumer_settings, "normal")
+        report = await reconciler.requeue_lost()
+        assert report.requeued == 5
+        assert await queue_depth(sqs, queues[0]) == 5
+        again = {r["id"] for r in rows(database_url) if r["enqueued_at"] > utcnow() - SOON}
+        assert again == {*pending, unclaimed}
+        assert (await reconciler.requeue_lost()).requeued == 0  # once
+    finally:
+        await engine.dispose()

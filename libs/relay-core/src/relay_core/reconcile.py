@@ -12,6 +12,14 @@ cannot see them:
   counts them) a row that was never sent to the executor is failed with a ``dead_lettered``
   reason and a gasless sender's in-flight nonce is released; the message stays in the DLQ for
   an operator. A row an earlier attempt may have sent (in doubt) is never failed here.
+* **A row whose queue is younger than its message.** When a queue's ``CreatedTimestamp``
+  moves on between two looks (the queue was deleted and made again, an SQS server restarted
+  empty), the new queue cannot hold a message sent before it existed. The rows that still
+  need one (pending, or processing with no claim and nothing at the executor yet) and were
+  enqueued before it are enqueued again at once, not after ``reconcile_pending_after_s``. The
+  consumer looks as soon as its receives work again after failing, besides every pass; a
+  process that starts after the change (and ``relay reconcile --once``) leaves those rows to
+  the pending rule.
 * **A submitted row the executor has lost.** The tracker marks a row whose executor record
   answers 404 (``upstream_missing_since``). Once that is ``reconcile_missing_after_s`` old, the
   reconciler asks the executor once more (no answer: next pass; found again: the mark is
@@ -28,7 +36,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import select
@@ -91,14 +99,63 @@ class Reconciler:
         self._cache = cache
         self._executor = executor
         self._rpc = rpc
+        self._queue_created: dict[str, datetime] = {}  # per lane, as last seen
 
     async def run_once(self) -> Report:
         report = Report()
+        await self._older_than_their_queue(report)
         await self._stranded_pending(report)
         await self._lost_upstream(report)
         if report.requeued or report.dead_lettered or report.lost_upstream:
             log.warning("reconcile.settled", extra=report.summary())
         return report
+
+    async def requeue_lost(self) -> Report:
+        """Only the rows whose queue is younger than their message (after an SQS outage)."""
+        report = Report()
+        await self._older_than_their_queue(report)
+        if report.requeued:
+            log.warning("reconcile.settled", extra=report.summary())
+        return report
+
+    # --- rows whose queue was made after their message ----------------------------------------
+
+    async def _older_than_their_queue(self, report: Report) -> None:
+        for lane, (queue_url, _) in self._lanes.items():
+            created = await self._created(queue_url)
+            if created is None:
+                continue
+            known = self._queue_created.get(lane)
+            self._queue_created[lane] = created
+            if known is None or created <= known:
+                continue
+            log.warning(
+                "reconcile.queue_made_again", extra={"lane": lane, "queueCreated": str(created)}
+            )
+            while True:
+                async with self._sessions() as session:
+                    # SQS gives the creation time in whole seconds, rounded down: a message
+                    # sent in that second but before the queue existed could not be sent at
+                    # all (it went back to the outbox), so "before that second" is enough.
+                    rows = await _enqueued_before(session, lane, created, self._batch)
+                report.examined += len(rows)
+                to_send = [
+                    tx for tx in rows if await self._write(tx, tx.status, enqueued_at=utcnow())
+                ]
+                await self._send(to_send, report)
+                if len(rows) < self._batch or not to_send:
+                    break
+
+    async def _created(self, queue_url: str) -> datetime | None:
+        try:
+            answer = await self._sqs.get_queue_attributes(
+                QueueUrl=queue_url, AttributeNames=["CreatedTimestamp"]
+            )
+            seconds = int(answer["Attributes"]["CreatedTimestamp"])
+        except Exception as exc:  # SQS not answering (or not saying): nothing to learn now
+            log.info("reconcile.queue_unreadable", extra={"error": str(exc)[:200]})
+            return None
+        return datetime.fromtimestamp(seconds, UTC).replace(tzinfo=None)
 
     # --- pending rows without a message ------------------------------------------------------
 
@@ -293,6 +350,31 @@ async def _stranded(session: AsyncSession, enqueued_before: datetime, limit: int
             Transaction.status == TxStatus.pending.value,
             Transaction.enqueued_at.is_not(None),
             Transaction.enqueued_at < enqueued_before,
+        )
+        .order_by(Transaction.enqueued_at)
+        .limit(limit)
+    )
+    found = list(rows.scalars())
+    session.expunge_all()
+    return found
+
+
+async def _enqueued_before(
+    session: AsyncSession, lane: str, before: datetime, limit: int
+) -> list[Any]:
+    """Rows of ``lane`` that still need their message and were enqueued before ``before``."""
+    waiting = (Transaction.status == TxStatus.pending.value) | (
+        (Transaction.status == TxStatus.processing.value) & Transaction.claimed_by.is_(None)
+    )
+    rows = await session.execute(
+        select(Transaction)
+        .where(
+            Transaction.status.in_([TxStatus.pending.value, TxStatus.processing.value]),
+            waiting,
+            Transaction.lane == lane,
+            Transaction.executor_tx_id.is_(None),
+            Transaction.enqueued_at.is_not(None),
+            Transaction.enqueued_at < before,
         )
         .order_by(Transaction.enqueued_at)
         .limit(limit)

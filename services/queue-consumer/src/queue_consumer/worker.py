@@ -92,6 +92,8 @@ class Consumer:
         self._visibility = settings.queue_visibility_timeout_s
         self._heartbeat_interval = max(self._visibility / 2, 1)
         self.last_poll = time.monotonic()
+        self._sqs_failing = False
+        self._requeueing: asyncio.Task[None] | None = None
         self.breaker: CircuitBreaker = processor.guard.breaker
         # Nothing can be claimed or recorded while the database does not answer: its circuit
         # stops the pollers as the executor's does, and a probe of its own reopens them.
@@ -129,6 +131,9 @@ class Consumer:
         # from it before it has read the switch.
         with contextlib.suppress(Exception):
             await self.switch.follow()
+        if self.reconciler is not None:  # how old the queues are now, to tell if they change
+            with contextlib.suppress(Exception):
+                await self.reconciler.requeue_lost()
         pollers = [
             asyncio.create_task(self._poll(lane, i), name=f"poller-{lane.name}-{i}")
             for lane in self.lanes
@@ -185,6 +190,8 @@ class Consumer:
         for task in housekeeping:
             task.cancel()
         await self._stop_pollers(pollers)
+        if self._requeueing is not None:
+            housekeeping.append(self._requeueing)
         await asyncio.gather(*housekeeping, return_exceptions=True)
         abandoned = await self._drain(self.settings.consumer_grace_s)
         await self.processor.writes.stop()
@@ -257,8 +264,11 @@ class Consumer:
                     "consumer.receive_failed",
                     extra={"lane": lane.name, "poller": index, "error": str(exc)},
                 )
+                self._sqs_failing = True
                 await asyncio.sleep(1.0)
                 continue
+            if self._sqs_failing:
+                self._after_sqs_outage()
             self.last_poll = time.monotonic()
             lane.quiet = not messages
             if not messages:
@@ -302,6 +312,23 @@ class Consumer:
                 lane.parked -= 1
         elif decision.circuit is not None:
             await decision.circuit.wait_change(decision.until)
+
+    def _after_sqs_outage(self) -> None:
+        """SQS answers again after failing: if it came back without the queue's messages (a
+        queue made again, a local server restarted empty), their rows are enqueued again now
+        rather than at the next reconciler pass (relay_core.reconcile)."""
+        self._sqs_failing = False
+        if self.reconciler is None or (self._requeueing and not self._requeueing.done()):
+            return
+        self._requeueing = asyncio.create_task(self._requeue_lost(), name="requeue-lost")
+
+    async def _requeue_lost(self) -> None:
+        assert self.reconciler is not None
+        try:
+            report = await self.reconciler.requeue_lost()
+            self.stats.counts["requeued_by_reconciler"] += report.requeued
+        except Exception as exc:
+            log.warning("consumer.requeue_lost_failed", extra={"error": str(exc)[:200]})
 
     # --- one message ------------------------------------------------------------------------
 
