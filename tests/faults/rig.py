@@ -1,59 +1,52 @@
 """The fault rig: the whole system as real processes on 127.0.0.1 (MariaDB, Redis, an SQS
 server, the relayer-stub, consumer processes and, where a scenario needs it, the API), a TCP
-proxy that can cut a service off, traffic at a steady rate, and the four counts every scenario
-is judged by, taken from the executor's ledger and the database."""
+proxy that can cut a service off, traffic at a steady rate on the lanes a traffic shape asks
+for, and what every scenario is judged by, taken from the executor's ledger and the database:
+the four counts and the recovery time.
+
+The processes run the settings a user gets (`make run`, infra/): nothing here shortens a
+timing. A scenario overrides only what makes its fault."""
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import subprocess
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
-from consumer_testkit import process_env, rows, send_messages, sync_engine
+from consumer_testkit import process_env, rows, seed_rows, set_rows, sync_engine
 from sqlalchemy import text, update
 
 from relay_core.db.models import Transaction, utcnow
-from relay_core.localsqs import free_port
-from relay_testkit import Stub, new_api_key, stop_processes, wait_http
+from relay_core.queue import TransactionMessage, send_batch
+from relay_testkit import Stub, new_api_key, stop_processes, unfinished, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 FINAL_OK = "confirmed"
 
-# Fast, but with the production shape: every bound of the exactly-once argument kept.
-CONSUMER_SETTINGS: dict[str, Any] = {
-    "queue_visibility_timeout_s": 10,
-    "executor_timeout_s": 2.0,
-    "executor_handler_timeout_s": 2.0,
-    "consumer_submit_budget_s": 3.0,
-    "consumer_message_timeout_s": 30.0,
-    "consumer_wait_time_s": 1,
-    "consumer_backoff_base_s": 1.0,
-    "consumer_backoff_cap_s": 5.0,
-    "consumer_grace_s": 10,
-    "consumer_concurrency": 128,
-    "database_pool_size": 10,
-    "database_connect_timeout_s": 1.0,
-    "database_pool_timeout_s": 5.0,
-    "consumer_reaper_interval_s": 2.0,
-    "consumer_stale_claim_s": 30.0,
-    "consumer_reconcile_interval_s": 2.0,
-    "reconcile_pending_after_s": 30.0,
-    "circuit_cooldown_s": 1.0,
-    "circuit_cooldown_cap_s": 5.0,
-    "tracker_interval_s": 0.5,
-    "tracker_stale_s": 1.0,
-    "log_level": "INFO",
-}
+# The traffic shapes: everything on the fast lane (speed fast or fastest, as clients who follow
+# the OZ Relayer's default send), everything on the normal lane, and both.
+SHAPES = ("fast", "normal", "mixed")
+SPEEDS = {"fast": ("fast", "fastest"), "normal": ("average", "safeLow")}
+
+
+def lane_of(shape: str, index: int) -> str:
+    return shape if shape != "mixed" else ("fast", "normal")[index % 2]
+
+
+def speed_of(shape: str, index: int) -> str:
+    return SPEEDS[lane_of(shape, index)][index // 2 % 2]
+
+
+RECOVERY_GRACE_S = 60.0  # past the fault's end, on top of the backlog's drain time
 
 
 @dataclass
@@ -68,22 +61,39 @@ class Counts:
     stuck: int = 0
     failed_transient: int = 0
     seconds: float = 0.0
+    # From the end of the fault: the first and the last transaction decided (handed to the
+    # executor, or ended) after it; how many were waiting then; the best rate of decisions the
+    # scenario showed (per second, over 5 s), which the backlog is allowed to drain at.
+    moving_after_s: float | None = None
+    recovery_s: float = 0.0
+    backlog: int = 0
+    throughput_per_s: float = 0.0
     notes: list[str] = field(default_factory=list)
 
     @property
+    def bound_s(self) -> float:
+        drain = self.backlog / self.throughput_per_s if self.throughput_per_s else 0.0
+        return RECOVERY_GRACE_S + drain
+
+    @property
+    def recovered(self) -> bool:
+        return self.recovery_s <= self.bound_s
+
+    @property
     def clean(self) -> bool:
-        return not (self.lost or self.executed_twice or self.stuck or self.failed_transient)
+        counts = self.lost or self.executed_twice or self.stuck or self.failed_transient
+        return not counts and self.recovered
 
     def line(self) -> str:
+        moving = "-" if self.moving_after_s is None else f"{self.moving_after_s:.1f} s"
         return (
             f"{self.scenario}: {self.transactions} transactions, lost={self.lost} "
             f"executed_twice={self.executed_twice} stuck={self.stuck} "
-            f"failed_transient={self.failed_transient} ({self.seconds:.0f} s)"
+            f"failed_transient={self.failed_transient}; recovery {self.recovery_s:.1f} s "
+            f"(bound {self.bound_s:.0f} s: backlog {self.backlog} at "
+            f"{self.throughput_per_s:.0f}/s; moving after {moving}) ({self.seconds:.0f} s)"
             + (f" [{'; '.join(self.notes)}]" if self.notes else "")
         )
-
-
-RESULTS: list[Counts] = []  # every scenario's counts, printed together at the end of the run
 
 
 @dataclass
@@ -91,18 +101,28 @@ class Rig:
     database_url: str
     infra: dict[str, Any]
     stub: Stub
-    queues: tuple[str, str]
+    lanes: dict[str, tuple[str, str]]  # each lane's (queue URL, DLQ URL)
     processes: Processes
     workdir: Path
+    # Where a scenario's verdict goes: its test's user properties, which reach the process
+    # that prints the summary (also under pytest-xdist).
+    properties: list[tuple[str, object]] = field(default_factory=list)
 
     def record(self, counts: Counts) -> None:
-        RESULTS.append(counts)
+        self.properties.append(("fault", {"line": counts.line(), "clean": counts.clean}))
         print(counts.line())  # noqa: T201
 
 
-def tally(scenario: str, database_url: str, stub: Stub, expected: Iterable[str]) -> Counts:
+def tally(
+    scenario: str,
+    database_url: str,
+    stub: Stub,
+    expected: Iterable[str],
+    fault_ended: datetime,
+) -> Counts:
     """Judge ``expected`` (every transaction a client was told was accepted) from the ledger
-    and the database. Executions are matched by calldata, which is unique per transaction."""
+    and the database. Executions are matched by calldata, which is unique per transaction.
+    ``fault_ended``: when the fault was over (UTC, as the database's clock)."""
     by_id = {row["id"]: row for row in rows(database_url)}
     _, entries = stub.ledger()
     executions = Counter(str(entry["data"]).lower() for entry in entries)
@@ -129,7 +149,36 @@ def tally(scenario: str, database_url: str, stub: Stub, expected: Iterable[str])
             data = str(row["request"].get("data", "")).lower()
             counts.executed_twice += executions.get(data, 0) > 1
     counts.notes = counts.notes[:5]
+    _recovery(counts, [by_id[i] for i in expected if i in by_id], fault_ended)
     return counts
+
+
+def _decided(row: dict[str, Any]) -> datetime | None:
+    """When the consumer was done deciding a transaction: it reached the executor, or ended."""
+    if row["submitted_at"] is not None:
+        return row["submitted_at"]  # type: ignore[no-any-return]
+    if row["status"] in ("confirmed", "failed", "expired", "canceled"):
+        return row["updated_at"]  # type: ignore[no-any-return]
+    return None
+
+
+def _recovery(counts: Counts, decided_rows: list[dict[str, Any]], ended: datetime) -> None:
+    times = sorted(t for t in map(_decided, decided_rows) if t is not None)
+    after = [t for t in times if t > ended]
+    waiting = [
+        row
+        for row in decided_rows
+        if row["created_at"] <= ended and ((_decided(row) or ended) > ended)
+    ]
+    counts.backlog = len(waiting)
+    counts.recovery_s = max(0.0, ((after[-1] if after else ended) - ended).total_seconds())
+    counts.moving_after_s = (after[0] - ended).total_seconds() if after else None
+    best, start = 0, 0
+    for end, moment in enumerate(times):  # the most decisions in any 5 s
+        while (moment - times[start]).total_seconds() > 5:
+            start += 1
+        best = max(best, end - start + 1)
+    counts.throughput_per_s = best / 5
 
 
 async def settle(database_url: str, ids: list[str], timeout_s: float) -> None:
@@ -137,17 +186,9 @@ async def settle(database_url: str, ids: list[str], timeout_s: float) -> None:
     wanted = set(ids)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
+        open_ids = unfinished(database_url)
         engine = sync_engine(database_url)
         with engine.connect() as conn:
-            open_ids = {
-                r[0]
-                for r in conn.execute(
-                    text(
-                        "SELECT id FROM transactions WHERE status NOT IN "
-                        "('confirmed','failed','expired','canceled')"
-                    )
-                )
-            }
             present = conn.execute(text("SELECT COUNT(*) FROM transactions")).scalar_one()
         engine.dispose()
         if not (open_ids & wanted) and present >= len(wanted):
@@ -158,16 +199,64 @@ async def settle(database_url: str, ids: list[str], timeout_s: float) -> None:
 # --- traffic ----------------------------------------------------------------------------------
 
 
-async def feed(sqs: Any, queue_url: str, database_url: str, ids: list[str], rate: float) -> None:
+def seed(database_url: str, count: int, shape: str, *, first: int = 0) -> list[str]:
+    """``count`` committed rows, each on the lane and with the speed ``shape`` gives its index,
+    and distinct calldata (numbered from ``first``); enqueued (their messages are sent by the
+    caller)."""
+    ids = seed_rows(
+        database_url,
+        count,
+        request=lambda i: {
+            "to": DEAD,
+            "data": f"0x{first + i:08x}",
+            "value": "0",
+            "speed": speed_of(shape, i),
+        },
+    )
+    fast = [tx_id for i, tx_id in enumerate(ids) if lane_of(shape, i) == "fast"]
+    if fast:
+        set_rows(database_url, fast, lane="fast")
+    return ids
+
+
+def lanes_of(database_url: str) -> dict[str, str]:
+    return {row["id"]: row["lane"] for row in rows(database_url)}
+
+
+async def send_to_lanes(
+    sqs: Any,
+    lanes: dict[str, tuple[str, str]],
+    database_url: str,
+    ids: list[str],
+    lane: dict[str, str] | None = None,
+) -> None:
+    """Each row's message to its own lane's queue (``lane``: each row's, if known)."""
+    lane = lane or lanes_of(database_url)
+    for name, (queue_url, _) in lanes.items():
+        mine = [tx_id for tx_id in ids if lane.get(tx_id, "normal") == name]
+        for start in range(0, len(mine), 10):
+            batch = mine[start : start + 10]
+            messages = [TransactionMessage.new(tx_id, "direct", lane=name) for tx_id in batch]
+            await send_batch(sqs, queue_url, messages)
+
+
+async def feed(
+    sqs: Any,
+    lanes: dict[str, tuple[str, str]],
+    database_url: str,
+    ids: list[str],
+    rate: float,
+) -> None:
     """Send the messages of ``ids`` at ``rate`` per second (batches of 10) and mark the rows
     enqueued, as the API's publisher does while clients keep coming."""
     interval = 10 / rate
     started = time.monotonic()
+    lane = lanes_of(database_url)
     engine = sync_engine(database_url)
     try:
         for n, start in enumerate(range(0, len(ids), 10)):
             batch = ids[start : start + 10]
-            await send_messages(sqs, queue_url, batch)
+            await send_to_lanes(sqs, lanes, database_url, batch, lane)
             with engine.begin() as conn:
                 conn.execute(
                     update(Transaction)
@@ -180,7 +269,13 @@ async def feed(sqs: Any, queue_url: str, database_url: str, ids: list[str], rate
 
 
 async def post_direct(
-    api_url: str, key: str, count: int, rate: float, *, give_up_after_s: float = 120
+    api_url: str,
+    key: str,
+    count: int,
+    rate: float,
+    shape: str,
+    *,
+    give_up_after_s: float = 120,
 ) -> tuple[list[str], int]:
     """POST ``count`` direct transactions at ``rate`` per second, as a careful client: each
     with its own Idempotency-Key, retried with it while the API does not answer (or answers
@@ -197,7 +292,7 @@ async def post_direct(
         async def one(i: int) -> None:
             nonlocal unanswered
             await asyncio.sleep(max(0.0, started + i / rate - time.monotonic()))
-            body = {"to": DEAD, "data": f"0x{prefix}{i:08x}"}
+            body = {"to": DEAD, "data": f"0x{prefix}{i:08x}", "speed": speed_of(shape, i)}
             headers = {"X-API-Key": key, "Idempotency-Key": f"{prefix}-{i}"}
             deadline = time.monotonic() + give_up_after_s
             last = ""
@@ -222,77 +317,6 @@ async def post_direct(
     return accepted, unanswered
 
 
-# --- a TCP proxy that can cut a service off ------------------------------------------------------
-
-
-class TcpProxy:
-    """Forwards 127.0.0.1:port to a target. ``cut`` resets every open connection and refuses
-    new ones (the service unreachable); ``restore`` listens again on the same port."""
-
-    def __init__(self, target_port: int, target_host: str = "127.0.0.1") -> None:
-        self.port = free_port()
-        self._target = (target_host, target_port)
-        self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, daemon=True)
-        self._server: asyncio.Server | None = None
-        self._transports: set[asyncio.BaseTransport] = set()
-
-    def __enter__(self) -> TcpProxy:
-        self._thread.start()
-        self._run(self._listen())
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._run(self._close(abort=True))
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(5)
-
-    def cut(self) -> None:
-        self._run(self._close(abort=True))
-
-    def restore(self) -> None:
-        self._run(self._listen())
-
-    def _run(self, coroutine: Awaitable[None]) -> None:
-        asyncio.run_coroutine_threadsafe(coroutine, self._loop).result(10)  # type: ignore[arg-type]
-
-    async def _listen(self) -> None:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port)
-
-    async def _close(self, *, abort: bool) -> None:
-        if self._server is not None:
-            self._server.close()
-            self._server = None
-        if abort:
-            for transport in list(self._transports):
-                transport.abort()  # type: ignore[attr-defined]
-            self._transports.clear()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self._target)
-        except OSError:
-            writer.transport.abort()
-            return
-        pair = (writer.transport, up_writer.transport)
-        self._transports.update(pair)
-        try:
-            await asyncio.gather(_pipe(reader, up_writer), _pipe(up_reader, writer))
-        finally:
-            for transport in pair:
-                self._transports.discard(transport)
-                transport.abort()  # type: ignore[attr-defined]
-
-
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(OSError, ConnectionError):
-        while data := await reader.read(65536):
-            writer.write(data)
-            await writer.drain()
-    with contextlib.suppress(OSError, RuntimeError):
-        writer.write_eof()
-
-
 # --- processes -----------------------------------------------------------------------------------
 
 
@@ -308,7 +332,6 @@ class Processes:
         env = process_env(
             {
                 **self.env,
-                **CONSUMER_SETTINGS,
                 "consumer_id": name,
                 "consumer_heartbeat_file": str(self.workdir / f"{name}.heartbeat"),
                 **overrides,
@@ -318,9 +341,7 @@ class Processes:
 
     def api(self, name: str, port: int, **overrides: str) -> subprocess.Popen[bytes]:
         env = process_env({**self.env, **overrides})
-        env.update(
-            PORT=str(port), RELAY_OUTBOX_SWEEP_GRACE_S="3", RELAY_OUTBOX_SWEEP_INTERVAL_S="1"
-        )
+        env.update(PORT=str(port))
         process = self._spawn(name, [sys.executable, "-m", "relay_api.cli", "serve"], env)
         wait_http(f"http://127.0.0.1:{port}/health", process, 60)
         return process

@@ -1,10 +1,14 @@
-"""The week's outages, each against the whole system on real processes, judged from the
-executor's ledger and the database: 0 lost, 0 executed twice, 0 stuck, 0 failed for a cause
-that was only temporary (``make test-faults``; CI runs it as its own step).
+"""The week's outages, each against the whole system on real processes running the shipped
+defaults, judged from the executor's ledger and the database: 0 lost, 0 executed twice, 0
+stuck, 0 failed for a cause that was only temporary, and the recovery time (from the end of
+the fault to the last transaction decided) within a minute plus the backlog's drain time
+(``make test-faults``; CI runs it as its own step).
 
-Each scenario keeps traffic flowing through the outage, so the fault lands during consumption,
-and waits for every transaction to be `confirmed` (the stub's lifecycle, followed by the
-consumers' tracker) before it counts."""
+Every scenario runs on the fast lane alone and on both lanes mixed; the executor's faults also
+on the normal lane alone (invariant 9: no lane waits on another's traffic). Each keeps traffic
+flowing through the outage, so the fault lands during consumption, and waits for every
+transaction to be `confirmed` (the stub's lifecycle, followed by the consumers' tracker)
+before it counts."""
 
 from __future__ import annotations
 
@@ -12,35 +16,52 @@ import asyncio
 import signal
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import httpx
 import pytest
-from consumer_testkit import seed_rows, send_messages, set_rows, wait_until
-from rig import DEAD, Rig, TcpProxy, feed, post_direct, settle, tally
+from consumer_testkit import set_rows, wait_until
+from rig import (
+    DEAD,
+    SHAPES,
+    Rig,
+    feed,
+    post_direct,
+    seed,
+    send_to_lanes,
+    settle,
+    tally,
+)
 from sqlalchemy.engine import make_url
 
 from relay_core import localsqs
 from relay_core import queue as queue_mod
+from relay_core.db.models import utcnow
 from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
 from relay_testkit import STUB_DEV_KEY
+from relay_testkit.tcpproxy import TcpProxy
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
 
 SETTLE_S = 300  # after the outage, every transaction reaches its end well within this
+EVERY_LANE = pytest.mark.parametrize("shape", SHAPES)
+FAST_AND_MIXED = pytest.mark.parametrize("shape", ["fast", "mixed"])
 
 
-def _unsent(database_url: str, count: int) -> list[str]:
+def _unsent(database_url: str, count: int, shape: str) -> list[str]:
     """Committed rows whose messages are not sent yet (the feeder sends them)."""
-    ids = seed_rows(database_url, count)
+    ids = seed(database_url, count, shape)
     set_rows(database_url, ids, enqueued_at=None)
     return ids
 
 
-async def _judge(rig: Rig, scenario: str, ids: list[str], started: float) -> None:
+async def _judge(
+    rig: Rig, scenario: str, shape: str, ids: list[str], started: float, ended: datetime
+) -> None:
     await settle(rig.database_url, ids, SETTLE_S)
-    counts = tally(scenario, rig.database_url, rig.stub, ids)
+    counts = tally(f"{scenario} [{shape}]", rig.database_url, rig.stub, ids, ended)
     counts.seconds = time.monotonic() - started
     rig.record(counts)
     assert counts.clean, counts.line()
@@ -50,6 +71,7 @@ async def _through_an_outage(
     rig: Rig,
     sqs: Any,
     scenario: str,
+    shape: str,
     begin: Callable[[], None],
     end: Callable[[], None],
     *,
@@ -61,49 +83,56 @@ async def _through_an_outage(
     """500 transactions fed at ``rate`` per second through two consumers; the outage begins
     ``lead_s`` into the traffic and lasts ``outage_s``."""
     started = time.monotonic()
-    ids = _unsent(rig.database_url, 500)
+    ids = _unsent(rig.database_url, 500, shape)
     for n in range(2):
         rig.processes.consumer(f"consumer-{n}", **consumer_settings)
-    traffic = asyncio.create_task(feed(sqs, rig.queues[0], rig.database_url, ids, rate=rate))
+    traffic = asyncio.create_task(feed(sqs, rig.lanes, rig.database_url, ids, rate=rate))
     await asyncio.sleep(lead_s)
     begin()
     await asyncio.sleep(outage_s)
     end()
+    ended = utcnow()
     await traffic
-    await _judge(rig, scenario, ids, started)
+    await _judge(rig, scenario, shape, ids, started, ended)
 
 
-async def test_executor_refusing_connections_for_60_s(rig: Rig, sqs: Any) -> None:
+@EVERY_LANE
+async def test_executor_refusing_connections_for_60_s(rig: Rig, sqs: Any, shape: str) -> None:
     # An executor restart: the process is gone, connections are refused; then it is back on
     # the same port with the same ledger.
     await _through_an_outage(
         rig,
         sqs,
         "executor refusing connections for 60 s",
+        shape,
         rig.stub.kill,
         rig.stub.start,
         outage_s=60,
     )
 
 
-async def test_executor_answering_429_for_60_s(rig: Rig, sqs: Any) -> None:
+@EVERY_LANE
+async def test_executor_answering_429_for_60_s(rig: Rig, sqs: Any, shape: str) -> None:
     await _through_an_outage(
         rig,
         sqs,
         "executor answering 429 for 60 s",
+        shape,
         lambda: rig.stub.faults(rate_limit_rate=1.0, rate_limit_after_s=2),
         rig.stub.faults,
         outage_s=60,
     )
 
 
-async def test_executor_accepting_then_hanging(rig: Rig, sqs: Any) -> None:
+@EVERY_LANE
+async def test_executor_accepting_then_hanging(rig: Rig, sqs: Any, shape: str) -> None:
     # Every send is recorded and executed, but answered 20 s later: past the consumer's
     # timeout, so each attempt is in doubt and must be found, never sent again.
     await _through_an_outage(
         rig,
         sqs,
         "executor accepting then hanging",
+        shape,
         lambda: rig.stub.faults(hang_rate=1.0, hang_s=20, scope="submit"),
         rig.stub.faults,
         lead_s=5,
@@ -112,7 +141,8 @@ async def test_executor_accepting_then_hanging(rig: Rig, sqs: Any) -> None:
     )
 
 
-async def test_mariadb_unreachable_for_30_s(rig: Rig, sqs: Any) -> None:
+@FAST_AND_MIXED
+async def test_mariadb_unreachable_for_30_s(rig: Rig, sqs: Any, shape: str) -> None:
     # A failover: every connection of the consumers reset, new ones refused.
     url = make_url(rig.database_url)
     with TcpProxy(url.port or 3306) as proxy:
@@ -120,6 +150,7 @@ async def test_mariadb_unreachable_for_30_s(rig: Rig, sqs: Any) -> None:
             rig,
             sqs,
             "MariaDB unreachable for 30 s",
+            shape,
             proxy.cut,
             proxy.restore,
             outage_s=30,
@@ -127,10 +158,11 @@ async def test_mariadb_unreachable_for_30_s(rig: Rig, sqs: Any) -> None:
         )
 
 
-async def test_sqs_server_killed_and_restarted(rig: Rig) -> None:
+@FAST_AND_MIXED
+async def test_sqs_server_killed_and_restarted(rig: Rig, shape: str) -> None:
     """Through the API: the SQS server dies with the messages it held (an emulator keeps them
-    in memory) and comes back empty; the outbox sends what the API could not, the reconciler
-    what SQS lost."""
+    in memory) and comes back empty; the outbox sends what the API could not, the consumers
+    enqueue again what the dead server held (its queues are younger than those messages)."""
     started = time.monotonic()
     port = free_port()
     server = localsqs.start(port=port, log_path=rig.workdir / "sqs.log")
@@ -149,71 +181,80 @@ async def test_sqs_server_killed_and_restarted(rig: Rig) -> None:
         key = rig.processes.api_key()
         api_port = free_port()
         rig.processes.api("api", api_port)
-        # Consumers slower than the traffic, so a backlog sits in SQS when it dies.
-        rig.stub.faults(latency={"dist": "fixed", "ms": 300}, scope="submit")
+        # Consumers slower than the traffic (a slow executor, few slots), so a backlog sits in
+        # SQS when it dies: what makes this fault bite. No timing is shortened.
+        rig.stub.faults(latency={"dist": "fixed", "ms": 500}, scope="submit")
         for n in range(2):
             rig.processes.consumer(f"consumer-{n}", consumer_concurrency=4)
         traffic = asyncio.create_task(
-            post_direct(f"http://127.0.0.1:{api_port}", key, 500, rate=20)
+            post_direct(f"http://127.0.0.1:{api_port}", key, 500, rate=20, shape=shape)
         )
         await asyncio.sleep(8)
         server.kill()
         await asyncio.sleep(10)
         server = localsqs.start(port=port, log_path=rig.workdir / "sqs.log")
         await create_queues()  # the queues are infrastructure: they exist again
+        ended = utcnow()
         ids, _ = await traffic
         rig.stub.faults()
-        await _judge(rig, "SQS server killed and restarted", ids, started)
+        await _judge(rig, "SQS server killed and restarted", shape, ids, started, ended)
     finally:
         server.kill()
 
 
-async def test_api_sigkilled_under_load(rig: Rig) -> None:
+@FAST_AND_MIXED
+async def test_api_sigkilled_under_load(rig: Rig, shape: str) -> None:
     started = time.monotonic()
     key = rig.processes.api_key()
     api_port = free_port()
     api = rig.processes.api("api", api_port)
     for n in range(2):
         rig.processes.consumer(f"consumer-{n}")
-    traffic = asyncio.create_task(post_direct(f"http://127.0.0.1:{api_port}", key, 1000, rate=100))
+    traffic = asyncio.create_task(
+        post_direct(f"http://127.0.0.1:{api_port}", key, 1000, rate=100, shape=shape)
+    )
     await asyncio.sleep(4)
     api.send_signal(signal.SIGKILL)  # between commit and send, mid-request, mid-publish
     api.wait()
     await asyncio.sleep(1)  # down for a second: the traffic goes on, refused
     # Started off the event loop, so the traffic keeps arriving while the API boots.
     await asyncio.to_thread(rig.processes.api, "api-again", api_port)
+    ended = utcnow()
     ids, unanswered = await traffic
     assert unanswered > 0, "the kill should have cut some requests off"
     assert len(ids) == 1000  # every request was answered 202 in the end (the same key)
-    await _judge(rig, "API SIGKILLed under load", ids, started)
+    await _judge(rig, "API SIGKILLed under load", shape, ids, started, ended)
 
 
-async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any) -> None:
+@FAST_AND_MIXED
+async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any, shape: str) -> None:
     started = time.monotonic()
     rig.stub.faults(latency={"dist": "uniform", "min_ms": 100, "max_ms": 400}, scope="submit")
-    ids = seed_rows(rig.database_url, 1000)
-    await send_messages(sqs, rig.queues[0], ids)
+    ids = seed(rig.database_url, 1000, shape)
+    await send_to_lanes(sqs, rig.lanes, rig.database_url, ids)
     first = rig.processes.consumer("consumer-0")
     await wait_until(lambda: rig.stub.ledger_count() >= 300, 60, "the first consumer under way")
     first.send_signal(signal.SIGKILL)
     first.wait()
     rig.processes.consumer("consumer-1")
     rig.processes.consumer("consumer-2")
-    await _judge(rig, "consumer SIGKILLed mid-batch", ids, started)
+    ended = utcnow()
+    await _judge(rig, "consumer SIGKILLed mid-batch", shape, ids, started, ended)
 
 
+@FAST_AND_MIXED
 async def test_eight_thousand_executor_records_newer_than_the_in_doubt_ones(
-    rig: Rig, sqs: Any
+    rig: Rig, sqs: Any, shape: str
 ) -> None:
     started = time.monotonic()
-    ids = seed_rows(rig.database_url, 500)
+    ids = seed(rig.database_url, 500, shape)
     # Every send of these 500 is executed but never answered in time: all 500 in doubt.
     rig.stub.faults(hang_rate=1.0, hang_s=30, scope="submit")
-    await send_messages(sqs, rig.queues[0], ids)
+    await send_to_lanes(sqs, rig.lanes, rig.database_url, ids)
     first = rig.processes.consumer("consumer-0")
     await wait_until(lambda: rig.stub.ledger_count() >= 500, 90, "all 500 sent and hung")
     first.send_signal(signal.SIGTERM)
-    first.wait(30)
+    first.wait(150)
     rig.stub.faults()
     # Then 8,000 other transactions reach the executor, all newer than the 500.
     limit = asyncio.Semaphore(32)
@@ -233,5 +274,6 @@ async def test_eight_thousand_executor_records_newer_than_the_in_doubt_ones(
     assert rig.stub.ledger_count() == 8500
     for n in range(1, 3):
         rig.processes.consumer(f"consumer-{n}")
-    await _judge(rig, "8,000 executor records newer than in-doubt ones", ids, started)
+    ended = utcnow()
+    await _judge(rig, "8,000 executor records newer than in-doubt ones", shape, ids, started, ended)
     assert rig.stub.ledger_count() == 8500  # none of the 500 was sent again

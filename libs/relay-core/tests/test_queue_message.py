@@ -18,7 +18,13 @@ def test_message_round_trips_through_its_body() -> None:
     [
         "not json",
         "[1, 2]",
-        jsonutil.dumps({"schemaVersion": 2, "transactionId": str(uuid.uuid4()), "type": "direct"}),
+        jsonutil.dumps(
+            {
+                "schemaVersion": 2,
+                "transactionId": "8a1e5c3e-0b7d-4c2a-9f61-3d2b8e0a4c17",
+                "type": "direct",
+            }
+        ),
         jsonutil.dumps({"schemaVersion": 1, "type": "direct", "messageId": "m", "timestamp": "t"}),
         jsonutil.dumps(
             {

@@ -73,7 +73,7 @@ async def test_queue_has_redrive_to_the_dlq_with_the_configured_limits(
     redrive = jsonutil.loads(attributes["RedrivePolicy"])
     assert redrive["deadLetterTargetArn"] == dlq_arn
     assert int(redrive["maxReceiveCount"]) == runtime.settings.queue_max_receive_count == 40
-    assert attributes["VisibilityTimeout"] == "60"
+    assert attributes["VisibilityTimeout"] == "30"
     assert attributes["MessageRetentionPeriod"] == str(4 * 24 * 3600)
     assert dlq_url.endswith(runtime.settings.dlq_name)
 

@@ -55,7 +55,7 @@ async def test_queues_create_makes_queue_and_dlq_with_redrive_and_is_rerunnable(
         redrive = jsonutil.loads(attrs["RedrivePolicy"])
         assert redrive["deadLetterTargetArn"] == dlq_arn
         assert int(redrive["maxReceiveCount"]) == 5
-        assert attrs["VisibilityTimeout"] == "60"
+        assert attrs["VisibilityTimeout"] == "30"
         assert attrs["MessageRetentionPeriod"] == "345600"
     finally:
         server.stop()

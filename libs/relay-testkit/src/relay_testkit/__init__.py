@@ -167,3 +167,24 @@ def new_api_key(
             env, "clients", "policy", name, "--rate-per-s", str(rate_per_s), "--burst", str(burst)
         )
     return key
+
+
+def unfinished(database_url: str) -> set[str]:
+    """The ids of the transactions not yet in a final status (a MySQL/MariaDB URL)."""
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    engine = create_engine(make_url(database_url).set(drivername="mysql+pymysql"))
+    try:
+        with engine.connect() as conn:
+            return {
+                row[0]
+                for row in conn.execute(
+                    text(
+                        "SELECT id FROM transactions WHERE status NOT IN "
+                        "('confirmed','failed','expired','canceled')"
+                    )
+                )
+            }
+    finally:
+        engine.dispose()
