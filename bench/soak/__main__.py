@@ -77,7 +77,9 @@ async def _settle(system: System, ids: set[str], timeout_s: float) -> None:
         await asyncio.sleep(10)
 
 
-async def soak(minutes: float, rate: float, results: Path, seed: int) -> history.Report:
+async def soak(
+    minutes: float, rate: float, results: Path, seed: int, gap_s: tuple[float, float]
+) -> history.Report:
     workdir = Path(os.environ.get("SOAK_WORKDIR") or tempfile.mkdtemp(prefix="relay-soak-"))
     run = Run(run_id=uuid.uuid4().hex[:8], workdir=workdir, sqs_kind="ministack")
     run.redis_prefix = f"relaysoak:{run.run_id}:"
@@ -93,14 +95,19 @@ async def soak(minutes: float, rate: float, results: Path, seed: int) -> history
             api_port=free_port(),
         )
         try:
-            return await _soak(system, minutes, rate, results, seed)
+            return await _soak(system, minutes, rate, results, seed, gap_s)
         finally:
             await asyncio.to_thread(system.stop_all)
             await run.close()
 
 
 async def _soak(
-    system: System, minutes: float, rate: float, results: Path, seed: int
+    system: System,
+    minutes: float,
+    rate: float,
+    results: Path,
+    seed: int,
+    gap_s: tuple[float, float],
 ) -> history.Report:
     await system.start_sqs()
     await asyncio.to_thread(system.start_stub)
@@ -116,7 +123,17 @@ async def _soak(
     stop_traffic, stop_watching = asyncio.Event(), asyncio.Event()
     sender = asyncio.create_task(client.send(system.api_url, key, rate, stop_traffic, log_))
     reader = asyncio.create_task(client.read_statuses(system.api_url, key, stop_watching, log_))
-    breaker = asyncio.create_task(nemesis.run(system, stop_traffic, windows, random.Random(seed)))
+    breaker = asyncio.create_task(
+        nemesis.run(
+            system,
+            stop_traffic,
+            windows,
+            log_.nemesis_errors,
+            random.Random(seed),
+            first_after_s=min(60.0, gap_s[0]),
+            gap_s=gap_s,
+        )
+    )
     memory = asyncio.create_task(_memory(system, stop_traffic, rss))
     started = time.monotonic()
     while time.monotonic() - started < minutes * 60:
@@ -158,6 +175,7 @@ def _write(report: history.Report, results: Path, minutes: float, rate: float) -
                 "stuck",
                 "reads_backwards",
                 "abandoned_by_client",
+                "nemesis_errors",
                 "status_reads",
                 "outside_faults",
                 "accept_to_submitted_p50_ms",
@@ -189,9 +207,15 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=100.0, help="transactions per second")
     parser.add_argument("--results", type=Path, default=Path("bench/results"))
     parser.add_argument("--seed", type=int, default=int(time.time()))
+    parser.add_argument(
+        "--fault-gap",
+        default="60,180",
+        help="seconds between the starts of two faults, LOW,HIGH (default 60,180)",
+    )
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    report = asyncio.run(soak(args.minutes, args.rate, args.results, args.seed))
+    low, high = (float(part) for part in args.fault_gap.split(","))
+    report = asyncio.run(soak(args.minutes, args.rate, args.results, args.seed, (low, high)))
     return 0 if report.clean else 1
 
 

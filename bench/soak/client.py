@@ -40,6 +40,7 @@ class ClientLog:
     abandoned: list[str] = field(default_factory=list)  # keys never answered 202
     # the status reader: (transaction id, status or "404", when read)
     reads: list[tuple[str, str, float]] = field(default_factory=list)
+    nemesis_errors: list[str] = field(default_factory=list)  # faults that could not be made
 
 
 async def send(api_url: str, key: str, rate: float, stop: asyncio.Event, log: ClientLog) -> None:

@@ -33,6 +33,7 @@ class Report:
     stuck: int = 0
     reads_backwards: int = 0
     abandoned_by_client: int = 0
+    nemesis_errors: int = 0
     status_reads: int = 0
     outside_faults: int = 0
     accept_to_submitted_p50_ms: float | None = None
@@ -51,6 +52,7 @@ class Report:
             self.stuck,
             self.reads_backwards,
             self.abandoned_by_client,
+            self.nemesis_errors,
         )
         return not any(counts) and all(g < 0.10 for g in self.rss_growth.values())
 
@@ -79,7 +81,12 @@ def check(
     windows: list[Window],
     rss: dict[str, dict[str, float]],
 ) -> Report:
-    report = Report(accepted=len(log.accepted), abandoned_by_client=len(log.abandoned))
+    report = Report(
+        accepted=len(log.accepted),
+        abandoned_by_client=len(log.abandoned),
+        nemesis_errors=len(log.nemesis_errors),
+    )
+    report.notes.extend(log.nemesis_errors)
     engine = create_engine(sync_url(database_url))
     with engine.connect() as conn:
         rows = {

@@ -8,9 +8,11 @@ window (from its start to the moment it is over) is kept for the history checker
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import random
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -92,12 +94,19 @@ async def _newer_records(system: System) -> None:
     await asyncio.to_thread(system.stub.faults)
     client = http.HttpClient(system.stub.base_url, max_connections=16, read_timeout_s=30)
     headers = {"authorization": f"Bearer {STUB_DEV_KEY}", "content-type": "application/json"}
+    prefix = uuid.uuid4().hex[:6]
+    limit = asyncio.Semaphore(16)
 
     async def other(i: int) -> None:
-        body = orjson.dumps({"to": DEAD, "data": f"0xfeed{i:08x}", "value": "0"})
-        await client.request(
-            "POST", "/api/v1/relayers/relayer-1/transactions", headers=headers, body=body
+        body = orjson.dumps(
+            {"to": DEAD, "data": f"0xfeed{prefix}{i:08x}", "value": "0", "speed": "fast"}
         )
+        async with limit:
+            answer = await client.request(
+                "POST", "/api/v1/relayers/relayer-1/transactions", headers=headers, body=body
+            )
+        if answer.status != 200:
+            raise RuntimeError(f"the executor refused a send: {answer.status} {answer.body!r}")
 
     try:
         await asyncio.gather(*(other(i) for i in range(8000)))
@@ -140,27 +149,32 @@ async def run(
     system: System,
     stop: asyncio.Event,
     windows: list[Window],
+    errors: list[str],
     rng: random.Random,
     *,
     first_after_s: float = 60,
+    gap_s: tuple[float, float] = (60, 180),
 ) -> None:
-    """Start a fault every one to three minutes (the first after ``first_after_s``) until
-    ``stop``; a fault under way when it is set runs to its end."""
+    """Start a fault every ``gap_s`` (one to three minutes; the first after
+    ``first_after_s``) until ``stop``; a fault under way when it is set runs to its end."""
     deck: list[str] = []
     next_at = time.monotonic() + first_after_s
-    while True:
-        try:
+    while not stop.is_set():
+        with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), max(0.0, next_at - time.monotonic()))
+        if stop.is_set():
             return
-        except TimeoutError:
-            pass
         if not deck:
             deck = list(FAULTS)
             rng.shuffle(deck)
         name = deck.pop()
         began, start = time.monotonic(), utcnow()
         log.warning("soak.fault.start %s", name)
-        await FAULTS[name](system)
+        try:
+            await FAULTS[name](system)
+        except Exception as exc:  # the nemesis's own failure: reported, and the soak unclean
+            log.exception("soak.fault.failed %s", name)
+            errors.append(f"{name}: {type(exc).__name__}: {exc}"[:300])
         windows.append(Window(name, start, utcnow()))
         log.warning("soak.fault.end %s (%.0f s)", name, time.monotonic() - began)
-        next_at = began + rng.uniform(60, 180)
+        next_at = began + rng.uniform(*gap_s)

@@ -23,11 +23,13 @@ from consumer_testkit import (
     submit_to_stub,
     wait_until,
 )
+from sqlalchemy.engine import make_url
 
 from queue_consumer.settings import ConsumerSettings
 from relay_core import queue as queue_mod
 from relay_core.db.models import utcnow
 from relay_core.localsqs import free_port
+from relay_testkit.tcpproxy import TcpProxy
 
 SETTLED = timedelta(seconds=30)  # older than the test consumer's settle time (10.5 s)
 
@@ -162,3 +164,25 @@ async def test_an_executor_failing_every_call_in_doubt_is_given_up_only_after_a_
     assert "no attempt got an answer from the executor" in row["error"]
     assert consumer.processor.lookup.scans >= 1
     assert stub.ledger_count() == 0
+
+
+async def test_a_database_outage_stops_the_pollers_and_its_own_probe_starts_them_again(
+    database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, run_consumer: Any
+) -> None:
+    url = make_url(database_url)
+    with TcpProxy(url.port or 3306) as proxy:
+        through = url.set(port=proxy.port).render_as_string(hide_password=False)
+        consumer = await run_consumer(database_url=through)
+        proxy.cut()
+        ids = seed_rows(database_url, 30)
+        await send_messages(sqs, queues[0], ids)
+        await wait_until(lambda: consumer.database.opened >= 1, 60, "the database circuit open")
+        received = consumer.stats.counts["received"]
+        await asyncio.sleep(6)
+        assert consumer.stats.counts["received"] == received  # open: nothing is received
+        assert consumer.breaker.closed  # the executor's is another matter
+        proxy.restore()
+        await wait_until(lambda: status_counts(database_url) == {"submitted": 30}, 60, "all done")
+    assert consumer.database.closed
+    assert stub.ledger_count() == 30
+    assert await queue_depth(sqs, queues[1]) == 0

@@ -430,7 +430,7 @@ class Consumer:
             if isinstance(exc, TimeoutError):
                 return Outcome(Failure.transient, "message timed out", action="timeout")
             reason = f"{type(exc).__name__}: {str(exc)[:200]}"
-            if isinstance(exc, sqlalchemy.exc.SQLAlchemyError | OSError):
+            if database_down(exc):
                 # Nothing was recorded: the message waits for the database, not for a back-off
                 # of its own (the database circuit stops the pollers if this goes on).
                 return Outcome(
@@ -440,6 +440,8 @@ class Consumer:
                     action="database_error",
                     database_error=exc,
                 )
+            if isinstance(exc, sqlalchemy.exc.SQLAlchemyError):  # it answered, with an error
+                return Outcome(Failure.transient, reason, action="database_error")
             log.exception(
                 "consumer.message.unexpected", extra={"transactionId": parsed.transaction_id}
             )
