@@ -67,9 +67,12 @@ run: install tools chain $(if $(filter localstack,$(RELAY_LOCAL_SQS)),localstack
 # processes and servers it starts, so two cores carry three (13-15 -> 7-8 min here).
 TEST_WORKERS ?= 3
 
+TEST_SELECTION := not faults and not fuzz and not ops and not localstack and not readme
+
 .PHONY: test
 test: install tools chain pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
-	$(UV) run --locked pytest -n $(TEST_WORKERS)
+	$(UV) run --locked pytest -n $(TEST_WORKERS) -m "$(TEST_SELECTION) and not solo"
+	$(UV) run --locked pytest -m "$(TEST_SELECTION) and solo"
 
 .PHONY: test-faults
 test-faults: install tools chain ## the outage scenarios on the shipped defaults, every lane, real processes (~10 min; a CI step)
