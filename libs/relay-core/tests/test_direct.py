@@ -6,10 +6,13 @@ that keeps what is healthy and drops what is not."""
 from __future__ import annotations
 
 import asyncio
+import tomllib
 from collections.abc import AsyncIterator
 from datetime import datetime
+from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 from sqlalchemy import JSON, Column, Integer, MetaData, String, Table, text
 from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -157,6 +160,48 @@ async def test_a_connection_lost_mid_statement_is_dropped_with_every_idle_one(
     # The idle one went with it (a restarted server leaves them all dead): a new one serves.
     assert await pool.run("INSERT INTO probe (id) VALUES (7)") == [1]
     assert pool.connects == 3
+
+
+@pytest.mark.parametrize("failure", ["cancelled_mid_statement", "callers_own_error"])
+async def test_an_error_that_is_not_a_lost_connection_closes_that_connection_alone(
+    engine: AsyncEngine, pool: DirectPool, failure: str
+) -> None:
+    async with pool.connection() as first, pool.connection() as second:
+        await _fetch(first, "SELECT 1")
+        await _fetch(second, "SELECT 1")
+    assert pool.connects == 2
+
+    async def fails() -> None:
+        if failure == "cancelled_mid_statement":  # as the group commit's own timeout does
+            async with asyncio.timeout(0.2), pool.connection() as conn:
+                await direct_db.execute(conn, "DO SLEEP(2)")
+        else:
+            async with pool.connection() as conn:
+                await _fetch(conn, "SELECT 1")
+                raise ValueError("the caller's own")
+
+    with pytest.raises((TimeoutError, ValueError)):
+        await fails()
+    # The other connection was not gone, and is still there...
+    async with pool.connection() as conn:
+        await _fetch(conn, "SELECT 1")
+    assert pool.connects == 2
+    # ...while the failed one (its answer may still be on its way) was not kept.
+    async with pool.connection(), pool.connection():
+        pass
+    assert pool.connects == 3
+
+
+def test_the_driver_is_pinned_past_cve_2025_65896_and_with_its_statement_cache() -> None:
+    # asyncmy 0.2.18 fixes CVE-2025-65896 and has the stmt_cache_size the pool passes.
+    project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    (pin,) = [
+        Requirement(line)
+        for line in project["project"]["optional-dependencies"]["db"]
+        if Requirement(line).name == "asyncmy"
+    ]
+    assert not pin.specifier.contains("0.2.17")
+    assert pin.specifier.contains("0.2.18")
 
 
 async def test_a_full_pool_makes_work_wait_and_then_gives_up(engine: AsyncEngine) -> None:

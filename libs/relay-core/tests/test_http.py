@@ -41,7 +41,7 @@ class _Server(asyncio.Protocol):
                 return
             body, self.buffer = rest[:length], rest[length:]
             self.owner.requests.append((method, target, headers, body))
-            self._answer(target)
+            self._answer(target.partition("?")[0])
             self.served += 1
 
     def _answer(self, target: str) -> None:
@@ -70,6 +70,15 @@ class _Server(asyncio.Protocol):
             self.transport.close()
         elif target == "/slow":
             pass  # never answers
+        elif target == "/trailing":  # its answer, then the start of one nobody asked for
+            write(b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok")
+            write(b"HTTP/1.1 200 OK\r\ncontent-length: 6\r\n\r\nfor")
+        elif target.startswith("/headers/"):  # /headers/<lines>/<bytes a value>
+            lines, size = map(int, target.split("/")[2:])
+            fields = b"".join(b"x-%d: %s\r\n" % (i, b"v" * size) for i in range(lines - 1))
+            write(b"HTTP/1.1 200 OK\r\n" + fields + b"content-length: 2\r\n\r\nok")
+        elif target == "/endless-header":  # a header line that never ends
+            write(b"HTTP/1.1 200 OK\r\nx-long: " + b"v" * 100_000)
         else:
             write(b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\n\r\n")
 
@@ -242,6 +251,115 @@ async def test_a_header_cannot_split_the_request(server: Answers) -> None:
     await client.aclose()
 
 
+@pytest.mark.parametrize(
+    ("method", "target", "headers", "refused"),
+    [
+        ("GET /x HTTP/1.1\r\nx-evil: 1\r\n\r\nGET", "/json", {}, "method"),
+        ("GE T", "/json", {}, "method"),
+        ("", "/json", {}, "method"),
+        ("GÉT", "/json", {}, "method"),
+        ("GET", "/json HTTP/1.1\r\nx-evil: 1\r\n\r\nGET /x", {}, "target"),
+        ("GET", "/a b", {}, "target"),
+        ("GET", "/a\tb", {}, "target"),
+        ("GET", "/a\x00", {}, "target"),
+        ("GET", "/café", {}, "target"),
+        ("GET", "", {}, "target"),
+        ("GET", "json", {}, "target"),
+        ("GET", "/json", {"x-evil: 1\r\nx-id": "a"}, "header name"),
+        ("GET", "/json", {"x id": "a"}, "header name"),
+        ("GET", "/json", {"x:id": "a"}, "header name"),
+        ("GET", "/json", {"": "a"}, "header name"),
+        ("GET", "/json", {"x-é": "a"}, "header name"),
+        ("GET", "/json", {"x-id": "a\nx-evil: 1"}, "header 'x-id'"),
+        ("GET", "/json", {"x-id": "a\x00b"}, "header 'x-id'"),
+        ("GET", "/json", {"x-ok": "é", "x-id": "price in €"}, "header 'x-id'"),
+    ],
+)
+async def test_what_would_corrupt_the_request_is_refused_before_anything_is_sent(
+    server: Answers, method: str, target: str, headers: dict[str, str], refused: str
+) -> None:
+    client = _client(server)
+    with pytest.raises(ValueError, match=refused) as raised:
+        await client.request(method, target, headers=headers)
+    # Said in words, not as the encoder's UnicodeEncodeError from deep in the writing.
+    assert not isinstance(raised.value, UnicodeError)
+    await asyncio.sleep(0.05)
+    assert (client.connects, server.requests) == (0, [])
+    # What is legal still goes: token names, a query, latin-1 values.
+    answer = await client.request("GET", "/json?a=1&b=%20", headers={"x-Id_1.~": "é\tb"})
+    assert answer.status == 200
+    await client.aclose()
+
+
+def test_a_host_that_cannot_be_a_host_header_is_refused_when_the_client_is_made() -> None:
+    with pytest.raises(ValueError, match="punycode"):
+        HttpClient("http://bücher.example/")
+    with pytest.raises(ValueError, match="Host header"):
+        HttpClient("http://a b/")
+
+
+async def test_bytes_after_a_complete_answer_are_never_the_next_requests_answer(
+    server: Answers,
+) -> None:
+    client = _client(server)
+    assert (await client.request("GET", "/trailing")).body == b"ok"
+    # What followed it would have begun the next answer on that connection: it is dropped.
+    answer = await client.request("GET", "/json")
+    assert (answer.status, answer.body) == (200, JSON)
+    assert client.connects == 2
+    await client.aclose()
+
+
+async def test_a_connection_the_server_closed_while_idle_is_not_taken(server: Answers) -> None:
+    client = _client(server)
+    await client.request("GET", "/json")
+    (idle,) = client._idle
+    server.connections[0].transport.close()  # the server's idle timeout: its end is sent
+    # The client's loop reads the end (the transport starts closing); its connection_lost
+    # runs an iteration later. A POST taken in between would be written into nothing.
+    while not idle.transport.is_closing():  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+    answer = await client.request("POST", "/json", body=b"{}")
+    assert answer.status == 200
+    assert client.connects == 2
+    assert [r[0] for r in server.requests] == ["GET", "POST"]
+    await client.aclose()
+
+
+async def test_a_connection_reset_while_idle_is_not_taken(server: Answers) -> None:
+    client = _client(server)
+    await client.request("GET", "/json")
+    (idle,) = client._idle
+    server.connections[0].transport.abort()  # a reset, not an end: no eof_received
+    while not idle.transport.is_closing():  # type: ignore[union-attr]
+        await asyncio.sleep(0)
+    answer = await client.request("POST", "/json", body=b"{}")
+    assert answer.status == 200
+    assert client.connects == 2
+    await client.aclose()
+
+
+@pytest.mark.parametrize(
+    ("target", "accepted"),
+    [
+        ("/headers/100/10", True),  # 100 header lines: the most there may be
+        ("/headers/101/10", False),
+        ("/headers/16/3900", True),  # ~62 KiB of headers
+        ("/headers/20/4000", False),  # ~78 KiB
+        ("/endless-header", False),
+    ],
+)
+async def test_an_answers_head_is_bounded(server: Answers, target: str, accepted: bool) -> None:
+    client = _client(server, read_timeout_s=5.0)
+    if accepted:
+        assert (await client.request("GET", target)).body == b"ok"
+    else:
+        with pytest.raises(BadAnswer, match="head over"):
+            await client.request("GET", target)
+    assert (await client.request("GET", "/json")).status == 200
+    await client.aclose()
+
+
 def test_query_strings_are_escaped() -> None:
     assert http.query(None) == ""
     assert http.query({"page": 2, "status": "a b&c"}) == "?page=2&status=a+b%26c"
@@ -278,4 +396,29 @@ async def test_https_checks_the_servers_certificate(certificate: tuple[Path, Pat
         with pytest.raises(NotSent):
             await stranger.request("POST", "/json", body=b"{}")
     finally:
+        await server.stop()
+
+
+async def test_a_tls_connection_the_server_closed_while_idle_is_not_taken(
+    certificate: tuple[Path, Path],
+) -> None:
+    cert, key = certificate
+    served = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    served.load_cert_chain(cert, key)
+    server = await Answers().start(served)
+    client = HttpClient(
+        f"https://127.0.0.1:{server.port}", ssl_context=ssl.create_default_context(cafile=cert)
+    )
+    try:
+        await client.request("GET", "/json")
+        (idle,) = client._idle
+        server.connections[0].transport.close()  # close_notify, then the end
+        # The TLS shutdown takes a few loop iterations before the connection_lost.
+        while not idle.transport.is_closing():  # type: ignore[union-attr]
+            await asyncio.sleep(0)
+        answer = await client.request("POST", "/json", body=b"{}")
+        assert answer.status == 200
+        assert client.connects == 2
+    finally:
+        await client.aclose()
         await server.stop()

@@ -10,7 +10,19 @@ What it is: keep-alive connections to one origin (``http`` or ``https``), at mos
 piece and its answer parsed by httptools (llhttp, the parser uvicorn serves with: lengths,
 chunked bodies, keep-alive rules). Not there, because these calls need none of it: redirects,
 compression (none is asked for), proxies, cookies, bodies delimited by the connection's end,
-pipelining, HEAD (the parser is not told a HEAD's answer has no body).
+pipelining, HEAD (the parser is not told a HEAD's answer has no body), targets other than a
+path and query (origin form), non-ASCII host names (give their punycode).
+
+What it refuses, before a byte is written (``ValueError``): a method or header name that is
+not an HTTP token, a target that is not an ASCII path (or holds a space, tab, CR, LF or NUL),
+a header value with CR, LF or NUL, or one not in latin-1. What it refuses in an answer
+(:class:`BadAnswer`): a head (status line and headers) over 64 KiB or with more than 100
+header lines. A connection is not used again once its answer is followed by the start of
+another in the same read (bytes nobody asked for would be the next request's answer; the
+empty lines a parser skips between answers, RFC 9112 §2.2, are not counted), nor once its
+end (EOF, a reset) has arrived while it was idle. An end still on its way when a connection
+is taken is not looked for (that would be a system call per request): the resend below
+covers it for idempotent methods.
 
 What it tells apart, because the executor's exactly-once logic rests on it: :class:`NotSent`
 (no connection within the connect timeout, refused, unresolvable: the server certainly never
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import re
 import ssl
 import time
 from dataclasses import dataclass
@@ -40,6 +53,15 @@ from relay_core.slots import Slots
 
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
 _MAX_BODY = 64 * 1024 * 1024
+# An answer's head: more is no answer of the servers these calls go to (nginx and uvicorn
+# refuse heads past 8-64 KiB), and httptools holds a header whole until its line ends.
+_MAX_HEAD_BYTES = 64 * 1024
+_MAX_HEADERS = 100
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
+# Methods and header names found to be tokens: a process sends the same few again and again,
+# so each is matched once (bounded, should names ever be built per request).
+_TOKENS: set[str] = set()
+_TOKENS_KEPT = 1024
 
 
 class HttpError(ConnectionError):
@@ -88,10 +110,14 @@ class _Connection(asyncio.Protocol):
         self.answer: asyncio.Future[Response] | None = None
         self.closed = False
         self.answered = False  # a byte of the current answer has arrived
+        self.finished = False  # the current request's final answer is complete
         self.idle_since = time.monotonic()
         self._headers: dict[str, str] = {}
         self._body: list[bytes] = []
         self._size = 0
+        self._read = 0  # bytes read since the request was written
+        self._header_lines = 0
+        self._header_bytes = 0
 
     # asyncio.Protocol
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -106,19 +132,34 @@ class _Connection(asyncio.Protocol):
             self.close()
             return
         self.answered = True
+        self._read += len(data)
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserError as exc:
             self._fail(BadAnswer(f"not an HTTP answer: {exc}"))
             self.close()
+            return
+        # All read so far is head (no body yet, no end): a header line that does not end,
+        # which httptools would hold whole, is stopped here.
+        if self._read > _MAX_HEAD_BYTES and not self._size and not self.finished:
+            self._head_too_large()
 
     # httptools callbacks
     def on_message_begin(self) -> None:
+        if self.finished:  # another answer after the one asked for, in the same read
+            self.close()
         self._headers = {}
         self._body = []
         self._size = 0
+        self._header_lines = 0
+        self._header_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_lines += 1
+        self._header_bytes += len(name) + len(value)
+        if self._header_lines > _MAX_HEADERS or self._header_bytes > _MAX_HEAD_BYTES:
+            self._head_too_large()
+            return
         key = name.decode("latin-1").lower()
         text = value.decode("latin-1")
         known = self._headers.get(key)
@@ -139,6 +180,7 @@ class _Connection(asyncio.Protocol):
         answer, self.answer = self.answer, None
         if answer is None or answer.done():
             return
+        self.finished = True
         if not self.parser.should_keep_alive():
             self.close()
         answer.set_result(Response(status, self._headers, b"".join(self._body)))
@@ -148,6 +190,8 @@ class _Connection(asyncio.Protocol):
         assert self.transport is not None
         self.answer = asyncio.get_running_loop().create_future()
         self.answered = False
+        self.finished = False
+        self._read = 0
         self.transport.write(request)
         return self.answer
 
@@ -159,6 +203,12 @@ class _Connection(asyncio.Protocol):
         self.closed = True
         if self.transport is not None:
             self.transport.abort()
+
+    def _head_too_large(self) -> None:
+        self._fail(
+            BadAnswer(f"answer's head over {_MAX_HEAD_BYTES} bytes or {_MAX_HEADERS} headers")
+        )
+        self.close()
 
     def _fail(self, error: HttpError) -> None:
         answer, self.answer = self.answer, None
@@ -195,6 +245,8 @@ class HttpClient:
         default_port = self.port == (443 if parts.scheme == "https" else 80)
         shown = f"[{self.host}]" if ":" in self.host else self.host
         self.authority = shown if default_port else f"{shown}:{self.port}"
+        if not (self.authority.isascii() and self.authority.isprintable()) or " " in self.host:
+            raise ValueError(f"not a host for the Host header (punycode it): {self.host!r}")
         self._ssl = (
             (ssl_context or ssl.create_default_context()) if self.scheme == "https" else None
         )
@@ -274,7 +326,13 @@ class HttpClient:
             now = time.monotonic()
             while self._idle:
                 conn = self._idle.pop()  # the most recently used
-                if not conn.closed and now - conn.idle_since < self._keepalive_s:
+                # Closing: its end or a reset has arrived (a TLS close_notify too), and its
+                # connection_lost is still to run; a request written on it would go nowhere.
+                if (
+                    not conn.closed
+                    and not conn.transport.is_closing()  # type: ignore[union-attr]
+                    and now - conn.idle_since < self._keepalive_s
+                ):
                     return conn, True
                 self._discard(conn)
             if self._slots.take():
@@ -326,18 +384,52 @@ class HttpClient:
 def _request(
     method: str, target: str, authority: str, headers: dict[str, str] | None, body: bytes | None
 ) -> bytes:
+    if method not in _TOKENS:
+        _check_token("method", method)
+    if (
+        target[:1] != "/"
+        or not target.isascii()
+        # what would end the request line early or split it (other controls only earn a 400)
+        or " " in target
+        or "\r" in target
+        or "\n" in target
+        or "\t" in target
+        or "\0" in target
+    ):
+        raise ValueError(f"target {target!r}: a path and query in ASCII, percent-encoded")
     lines = [f"{method} {target} HTTP/1.1"]
     given = headers or {}
     if "host" not in given and "Host" not in given:
         lines.append(f"host: {authority}")
     for name, value in given.items():
-        if "\r" in value or "\n" in value or "\r" in name or "\n" in name:
-            raise ValueError(f"header {name!r}: a line break would split the request")
+        if name not in _TOKENS:
+            _check_token("header name", name)
+        if "\r" in value or "\n" in value or "\0" in value:
+            raise ValueError(f"header {name!r}: a line break or NUL would split the request")
         lines.append(f"{name}: {value}")
     if body is not None or method in ("POST", "PUT", "PATCH"):
         lines.append(f"content-length: {len(body or b'')}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    try:
+        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    except UnicodeEncodeError:
+        name = next(name for name, value in given.items() if not _latin_1(value))
+        raise ValueError(f"header {name!r}: not latin-1 text (encode it, RFC 8187)") from None
     return head + body if body else head
+
+
+def _check_token(kind: str, text: str) -> None:
+    if not isinstance(text, str) or _TOKEN.fullmatch(text) is None:
+        raise ValueError(f"{kind} {text!r} is not an HTTP token (RFC 9110 §5.6.2)")
+    if len(_TOKENS) < _TOKENS_KEPT:
+        _TOKENS.add(text)
+
+
+def _latin_1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def query(params: dict[str, Any] | None) -> str:

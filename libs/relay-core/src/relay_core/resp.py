@@ -8,12 +8,26 @@ timeout wrappers, observability hooks), against ~20 µs on a connection of this 
 
 What it is: one connection, opened on first use (``redis://`` or ``rediss://``, with the
 URL's user, password and database), on which commands are pipelined: each is written at once
-and its answer is the next one to come back (RESP2). A command without an answer within the
-timeout, or a connection that breaks, fails every command waiting on it and closes it (an
-answer may still be on its way: the connection is out of step); the next command opens a new
-one. Errors are redis-py's exceptions (``ConnectionError``, ``TimeoutError``,
-``NoScriptError``, ``ResponseError``), so callers handle them as they did. Everything else
-Relay asks of Redis (the rate limiter, readiness) stays on redis-py.
+and its answer is the next one to come back (RESP2), read by hiredis's parser (the C reader
+redis-py itself uses when installed: ~0.13 µs a GET answer against ~0.66 µs for the Python
+one this module had, ~0.3 µs against ~6 µs for a script's array of ten). A command without an
+answer within the timeout, or a connection that breaks, fails every command waiting on it and
+closes it (an answer may still be on its way: the connection is out of step); the next
+command opens a new one.
+
+Errors are redis-py's exceptions, named from the error's code as redis-py names them
+(``NoScriptError``, ``ReadOnlyError``, ``BusyLoadingError``, ``ResponseError``...; and
+``ConnectionError``, ``TimeoutError``), so callers handle them as they did. An error inside
+an array answer (a script's ``redis.pcall``, a transaction's) fails its command the same way,
+with the first such error, where redis-py would put the exception object in the list: no
+caller here wants a partial answer, nor to find an exception counted as a value. An error
+that says this server cannot serve the connection's commands (``READONLY``: a primary became
+a replica in a failover; ``LOADING``; ``MASTERDOWN``; a connection refused as too many)
+retires the connection: the next command connects anew (and so finds the name's new
+primary), and the retired one is closed once the answers already on their way have come.
+What it does not do: wait or retry after such an error (the caller's next command goes to a
+new connection), RESP3, pub/sub. Everything else Relay asks of Redis (the rate limiter,
+readiness) stays on redis-py.
 """
 
 from __future__ import annotations
@@ -24,11 +38,15 @@ import ssl
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
+import hiredis
+from redis._parsers import BaseParser
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import NoScriptError, ResponseError
+from redis.exceptions import MasterDownError, ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-_CRLF = b"\r\n"
+# Errors after which this connection's commands will keep failing (ConnectionError includes
+# BusyLoadingError, LOADING): a new connection may reach a server that can serve them.
+_RETIRING = (RedisConnectionError, ReadOnlyError, MasterDownError)
 
 
 class RespClient:
@@ -127,7 +145,10 @@ class _Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.waiting: collections.deque[asyncio.Future[Any]] = collections.deque()
         self.usable = True
-        self._buffer = bytearray()
+        # The error replies of the answer being read, in order, nested ones included: hiredis
+        # builds each through _error, so an answer without one costs no search.
+        self._errors: list[Exception] = []
+        self._reader = hiredis.Reader(replyError=self._error)
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -136,25 +157,35 @@ class _Connection(asyncio.Protocol):
         self._fail(RedisConnectionError("Redis closed the connection"))
 
     def data_received(self, data: bytes) -> None:
-        self._buffer += data
+        reader = self._reader
+        reader.feed(data)
         while self.waiting:
             try:
-                parsed = _parse(self._buffer, 0)
-            except ValueError as exc:
+                answer = reader.gets()
+            except hiredis.ProtocolError as exc:
                 self.close(RedisConnectionError(f"not a Redis answer: {exc}"))
                 return
-            if parsed is None:  # incomplete: wait for more
+            if answer is False:  # incomplete: wait for more
                 return
-            answer, end = parsed
-            del self._buffer[:end]
             waiter = self.waiting.popleft()
-            if not waiter.done():
-                if isinstance(answer, _Error):
-                    waiter.set_exception(answer.exception())
-                else:
-                    waiter.set_result(answer)
-        if self._buffer:  # an answer nobody asked for: out of step
+            if self._errors:
+                error = self._errors[0]
+                self._errors.clear()
+                if not waiter.done():
+                    waiter.set_exception(error)
+                if isinstance(error, _RETIRING):
+                    self.usable = False
+            elif not waiter.done():
+                waiter.set_result(answer)
+        if reader.has_data():  # an answer nobody asked for: out of step
             self.close(RedisConnectionError("Redis answered what was not asked"))
+        elif not self.usable and self.transport is not None:  # retired, and nothing to come
+            self.transport.close()
+
+    def _error(self, message: str) -> Exception:
+        error: Exception = BaseParser.parse_error(message)
+        self._errors.append(error)
+        return error
 
     async def call(self, command: bytes, timeout_s: float) -> Any:
         if not self.usable or self.transport is None:
@@ -185,18 +216,6 @@ class _Connection(asyncio.Protocol):
                 waiter.set_exception(error)
 
 
-class _Error:
-    __slots__ = ("message",)
-
-    def __init__(self, message: str) -> None:
-        self.message = message
-
-    def exception(self) -> Exception:
-        if self.message.startswith("NOSCRIPT"):
-            return NoScriptError(self.message)
-        return ResponseError(self.message)
-
-
 def _command(args: Any) -> bytes:
     parts = [b"*%d\r\n" % len(args)]
     for arg in args:
@@ -210,38 +229,3 @@ def _command(args: Any) -> bytes:
             raise TypeError(f"a Redis argument must be text, bytes or a number, not {type(arg)}")
         parts.append(b"$%d\r\n%s\r\n" % (len(value), value))
     return b"".join(parts)
-
-
-def _parse(buffer: bytearray, start: int) -> tuple[Any, int] | None:
-    """One RESP2 answer from ``start``: (value, where it ends), or None if incomplete."""
-    line_end = buffer.find(_CRLF, start)
-    if line_end < 0:
-        return None
-    kind, line = buffer[start : start + 1], bytes(buffer[start + 1 : line_end])
-    after = line_end + 2
-    if kind == b"$":
-        length = int(line)
-        if length < 0:
-            return None, after
-        if len(buffer) < after + length + 2:
-            return None
-        return bytes(buffer[after : after + length]), after + length + 2
-    if kind == b":":
-        return int(line), after
-    if kind == b"+":
-        return line, after
-    if kind == b"-":
-        return _Error(line.decode(errors="replace")), after
-    if kind == b"*":
-        count = int(line)
-        if count < 0:
-            return None, after
-        items = []
-        for _ in range(count):
-            parsed = _parse(buffer, after)
-            if parsed is None:
-                return None
-            item, after = parsed
-            items.append(item)
-        return items, after
-    raise ValueError(f"unknown answer type {bytes(kind)!r}")

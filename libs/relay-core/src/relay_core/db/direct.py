@@ -23,9 +23,21 @@ connection free in time is its pool's ``TimeoutError``), so every handler above 
 duplicate, 503 on an outage, the consumer's retry) is unchanged.
 
 The pool is small and strict: at most ``size`` connections (beside SQLAlchemy's pool: both
-count towards MySQL's ``max_connections``), a connection that failed in a way that may have
-left it unusable is closed and every idle one with it (a restarted server leaves them all
-dead), and one older than ``recycle_s`` is replaced when it is next taken.
+count towards MySQL's ``max_connections``); a connection the driver reports gone (lost,
+killed, the server shutting down) is closed and every idle one with it (a restarted server
+leaves them all dead); one that failed otherwise in a way that may have left it out of step
+(cancelled mid-statement, an error of the caller's) is closed alone; and one older than
+``recycle_s`` is replaced when it is next taken.
+
+Escaping: text values are escaped by the driver with backslashes, which a session in
+``NO_BACKSLASH_ESCAPES`` sql_mode reads as plain characters (the driver follows that mode for
+text, not for bytes: a quote in a bytes value then ends its literal). The server reports the
+mode in every connection's handshake, so only a session that has it pays one more round trip
+at connect, to take it out of that session's sql_mode (every statement sent here is this
+module's own, none relies on the mode); a session that still reports it is refused. What it
+does not do: check values itself (no per-statement cost); a lone surrogate (not storable in
+utf8mb4) is refused by the driver's encoder as ``UnicodeEncodeError`` before anything is
+sent, and the connection is kept.
 """
 
 from __future__ import annotations
@@ -58,6 +70,12 @@ log = logging.getLogger(__name__)
 # dialect counts them).
 _CLIENT_ERRORS = 2000
 _SERVER_HUNG_UP = frozenset({1053, 1927, 4031})
+# SERVER_STATUS_NO_BACKSLASH_ESCAPES: the session's sql_mode has NO_BACKSLASH_ESCAPES
+_NO_BACKSLASH_ESCAPES = 0x200
+_BACKSLASH_ESCAPES_ON = (
+    "SET SESSION sql_mode = TRIM(BOTH ',' FROM "
+    "REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))"
+)
 _DEADLOCK = 1213  # ER_LOCK_DEADLOCK: the server rolled the transaction back
 _DEADLOCK_TRIES = 3
 # Server-side prepared statements kept per connection: MySQL's max_prepared_stmt_count (16,382
@@ -217,9 +235,15 @@ class DirectPool:
 
     async def _connect(self) -> Any:
         try:
-            conn = await self._asyncmy.connect(**self._connect_kwargs)
+            conn: Any = await self._asyncmy.connect(**self._connect_kwargs)
         except self._asyncmy.errors.Error as exc:
             raise _translate("connect", (), exc, invalidated=True) from exc
+        if conn.server_status & _NO_BACKSLASH_ESCAPES:
+            try:
+                await _escape_with_backslashes(conn)
+            except BaseException:
+                conn.close()
+                raise
         self._born[conn] = time.monotonic()
         self.connects += 1
         return conn
@@ -238,8 +262,15 @@ class DirectPool:
 
     async def _after_error(self, conn: Any, exc: BaseException | None) -> None:
         """Roll back what ``conn`` left open and keep it, when the server answered the error
-        (a duplicate key, a deadlock); otherwise close it, and every idle one too."""
-        if exc is None or (isinstance(exc, DBAPIError) and not exc.connection_invalidated):
+        (a duplicate key, a deadlock) or nothing was sent (a value the driver cannot encode).
+        When the driver says the connection is gone, close it and every idle one too;
+        after any other error (cancelled, the caller's own) close it alone: whether an answer
+        is still on its way cannot be told, but nothing says the others are gone."""
+        if (
+            exc is None
+            or isinstance(exc, UnicodeEncodeError)  # (encoded whole before a byte is written)
+            or (isinstance(exc, DBAPIError) and not exc.connection_invalidated)
+        ):
             try:
                 await self._rollback(conn)
             except Exception:
@@ -251,8 +282,9 @@ class DirectPool:
             self._release(conn)
             return
         self._forget(conn)
-        while self._idle:
-            self._forget(self._idle.pop())
+        if isinstance(exc, DBAPIError):  # invalidated: the connection, or the server, is gone
+            while self._idle:
+                self._forget(self._idle.pop())
 
     async def _rollback(self, conn: Any) -> None:
         async with asyncio.timeout(self._timeout_s):
@@ -266,6 +298,20 @@ class DirectPool:
                 await asyncio.wait_for(conn.ensure_closed(), 1.0)
             self._forget(conn)
         self._slots.wake_all()
+
+
+async def _escape_with_backslashes(conn: Any) -> None:
+    """Take NO_BACKSLASH_ESCAPES out of ``conn``'s session (see the module's docstring)."""
+    await execute(conn, _BACKSLASH_ESCAPES_ON)
+    if conn.server_status & _NO_BACKSLASH_ESCAPES:
+        raise _translate(
+            "connect",
+            (),
+            _asyncmy_errors().OperationalError(
+                0, "the session's sql_mode keeps NO_BACKSLASH_ESCAPES: values cannot be escaped"
+            ),
+            invalidated=True,
+        )
 
 
 def _usable(conn: Any) -> bool:
