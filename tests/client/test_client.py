@@ -20,6 +20,7 @@ from relay_client import (
     Forbidden,
     NotFound,
     RelayClient,
+    RepeatedCallback,
     Unauthorized,
     ValidationFailed,
     verify_callback,
@@ -166,9 +167,10 @@ async def test_the_callbacks_relay_sends_verify_with_the_clients_secret(
         if any(b'"confirmed"' in body for _, body in received):
             break
         await asyncio.sleep(0.1)
-    statuses = [verify_callback(secret, headers, body).status for headers, body in received]
+    callbacks = [verify_callback(secret, headers, body) for headers, body in received]
+    statuses = [callback.status for callback in callbacks]
     assert statuses[-1] == "confirmed", statuses
     assert "submitted" in statuses, statuses
-    assert {verify_callback(secret, h, b).transaction_id for h, b in received} == {
-        accepted.transaction_id
-    }
+    assert {callback.transaction_id for callback in callbacks} == {accepted.transaction_id}
+    with pytest.raises(RepeatedCallback):  # each is taken once
+        verify_callback(secret, *received[-1])

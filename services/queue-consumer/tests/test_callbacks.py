@@ -198,3 +198,35 @@ async def test_a_hanging_endpoint_does_not_hold_up_another_clients_callbacks(
             await notifier.aclose()
     assert waited < 3, f"the other client waited {waited:.1f} s behind a hanging endpoint"
     assert len(slow.received) <= 2  # never more than its share in flight
+
+
+async def test_clients_whose_endpoints_hang_cannot_fill_the_delivery_slots_between_them(
+    database_url: str, sessions: Any
+) -> None:
+    # Four clients whose endpoints hang, each with more notifications than it may send at
+    # once: at four each they would fill the default sixteen slots for a whole timeout.
+    with contextlib.ExitStack() as stack:
+        hanging = [stack.enter_context(endpoint(delay_s=8)) for _ in range(4)]
+        fast_url, fast = stack.enter_context(endpoint())
+        for url, _ in hanging:
+            await _notify(database_url, sessions, url, 10)
+        notifier = _notifier(sessions, timeout_s=6, concurrency=16, per_client=4)
+        stop = asyncio.Event()
+
+        async def loop() -> None:
+            while not stop.is_set():
+                if not await notifier.run_once():
+                    await asyncio.sleep(0.1)
+
+        runner = asyncio.create_task(loop())
+        try:
+            await asyncio.sleep(1)  # every hanging client's deliveries are under way
+            started = time.monotonic()
+            await _notify(database_url, sessions, fast_url, 3)
+            await wait_until(lambda: len(fast.received) == 3, 20, "the healthy client's")
+            waited = time.monotonic() - started
+        finally:
+            stop.set()
+            await runner
+            await notifier.aclose()
+    assert waited < 3, f"a healthy client waited {waited:.1f} s behind four hanging ones"

@@ -88,6 +88,12 @@ INSIDE = [
     "http://0.0.0.0/",
     "http://100.64.0.1/",  # carrier-grade NAT
     "http://224.0.0.1/",  # multicast
+    "http://[64:ff9b::7f00:1]/",  # NAT64's well-known prefix: 127.0.0.1 through a translator
+    "http://[64:ff9b::a9fe:a9fe]/",  # ... 169.254.169.254
+    "http://[64:ff9b:1::a00:1]/",  # the local-use NAT64 prefix: 10.0.0.1
+    "http://[::127.0.0.1]/",  # IPv4-compatible
+    "http://[::a9fe:a9fe]/",
+    "http://[2001:0:4136:e378:8000:63bf:3fff:fdd2]/",  # Teredo
 ]
 
 

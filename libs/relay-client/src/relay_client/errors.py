@@ -87,6 +87,16 @@ class InvalidCallback(RelayError):
         super().__init__(0, "invalid_callback", detail)
 
 
+class RepeatedCallback(InvalidCallback):
+    """A callback whose ``webhook-id`` was verified already within the replay window: Relay
+    sending it again (an answer it did not get) or someone replaying it. Answer 2xx and do
+    nothing more: ``callback`` is what was verified the first time."""
+
+    def __init__(self, callback: Any) -> None:
+        super().__init__(f"webhook-id {callback.id} was already verified")
+        self.callback = callback
+
+
 _BY_STATUS: dict[int, type[RelayError]] = {
     400: BadRequest,
     401: Unauthorized,

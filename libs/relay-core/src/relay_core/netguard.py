@@ -1,6 +1,7 @@
 """Where a callback may go: never inside (loopback, private, link-local, multicast, metadata and
-the other special-purpose ranges, IPv4, IPv6 and IPv4-mapped), unless an operator names a
-network on purpose.
+the other special-purpose ranges, IPv4, IPv6 and IPv4-mapped), nor to an IPv6 address that
+hands an IPv4 one to a translator or a tunnel (NAT64's prefixes, IPv4-compatible ``::a.b.c.d``,
+Teredo), unless an operator names a network on purpose.
 
 Used twice: at registration, a URL whose host is a literal address in a refused range is
 refused (including the spellings a resolver accepts: ``0x7f000001``, ``2130706433``,
@@ -59,6 +60,12 @@ class AddressPolicy:
 
     def refusal(self, address: Address) -> str | None:
         """Why ``address`` may not be called, or None."""
+        if isinstance(address, ipaddress.IPv6Address):
+            translated = _translated(address)
+            if translated is not None and not any(
+                address in network for network in self.allowed_networks
+            ):
+                return translated
         mapped = getattr(address, "ipv4_mapped", None) or getattr(address, "sixtofour", None)
         checked = mapped or address
         if any(checked in network for network in self.allowed_networks):
@@ -88,6 +95,25 @@ class AddressPolicy:
         if literal is not None and (why := self.refusal(literal)) is not None:
             raise RefusedDestination(f"points at {why} ({literal})")
         return url
+
+
+# IPv6 addresses that carry an IPv4 one to a translator or a tunnel, which would reach that
+# address (loopback and private ones included) on Relay's behalf: never called.
+_NAT64 = (
+    ipaddress.IPv6Network("64:ff9b::/96"),  # RFC 6052, the well-known prefix
+    ipaddress.IPv6Network("64:ff9b:1::/48"),  # RFC 8215, local-use
+)
+_IPV4_COMPATIBLE = ipaddress.IPv6Network("::/96")  # ::a.b.c.d (RFC 4291, deprecated)
+
+
+def _translated(address: ipaddress.IPv6Address) -> str | None:
+    if any(address in network for network in _NAT64):
+        return "a translated (NAT64) address"
+    if address in _IPV4_COMPATIBLE and int(address) > 1:  # (:: and ::1 are judged as such)
+        return "an IPv4-compatible address"
+    if address.teredo is not None:
+        return "a tunnelled (Teredo) address"
+    return None
 
 
 @dataclass

@@ -11,9 +11,13 @@ Callbacks never reach inside (relay_core.netguard): the host is resolved at deli
 address it resolves to must be allowed, and the connection goes to those addresses (the
 resolver that checked them is the one the connection uses); redirects are not followed.
 
-Deliveries are fair: each client has at most ``per_client`` deliveries in flight, and a pass
-does not wait for a slow endpoint, so a hanging or dead endpoint holds up only its own
-client's notifications; a finished delivery starts the next at once.
+Deliveries are fair: a pass does not wait for a slow endpoint, and a finished delivery starts
+the next at once. A client whose endpoint has answered 2xx may have ``per_client`` deliveries
+in flight; one that has not yet (new to this process) one at a time; one whose last delivery
+failed (it hung past the timeout, refused, answered an error) one at a time, and only in a
+small pool of its own (``concurrency // 4`` slots), until a delivery to it succeeds again. So
+clients whose endpoints hang hold up neither each other's notifications for long nor anyone
+else's: however many they are, the other clients keep the main pool.
 """
 
 from __future__ import annotations
@@ -96,6 +100,11 @@ class Notifier:
         self._lease = timedelta(seconds=timeout_s + 5)
         self._batch = batch
         self._busy: Counter[str] = Counter()  # deliveries in flight per client
+        # Clients whose endpoint answered 2xx (may have per_client in flight), and those whose
+        # last delivery failed (one at a time, in the small pool).
+        self._proven: set[str] = set()
+        self._failing: set[str] = set()
+        self._failing_limit = asyncio.Semaphore(max(1, concurrency // 4))
         self._in_flight: set[int] = set()
         self._tasks: set[asyncio.Task[None]] = set()
         self._freed = asyncio.Event()  # a delivery ended: its client may take the next one
@@ -129,16 +138,21 @@ class Notifier:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._freed.wait(), interval_s)
 
+    def _cap(self, client_id: str) -> int:
+        if client_id in self._failing or client_id not in self._proven:
+            return 1
+        return self._per_client
+
     async def run_once(self) -> int:
         """Start the deliveries that are due, without waiting for them; returns how many."""
-        full = {client for client, n in self._busy.items() if n >= self._per_client}
+        full = {client for client, n in self._busy.items() if n >= self._cap(client)}
         async with self._sessions() as session:
             due = await repository.due(
                 session, utcnow(), self._batch, skip_clients=full, skip_ids=self._in_flight
             )
         started = 0
         for notification, secret in due:
-            if self._busy[notification.client_id] >= self._per_client:
+            if self._busy[notification.client_id] >= self._cap(notification.client_id):
                 continue
             self._busy[notification.client_id] += 1
             self._in_flight.add(notification.id)
@@ -149,8 +163,9 @@ class Notifier:
         return started
 
     async def _deliver(self, notification: Notification, secret: str | None) -> None:
+        pool = self._failing_limit if notification.client_id in self._failing else self._limit
         try:
-            async with self._limit:
+            async with pool:
                 await self._attempt(notification, secret)
         except Exception:
             log.exception("consumer.notify.error", extra={"notificationId": notification.id})
@@ -197,6 +212,15 @@ class Notifier:
         await self._record(notification, error)
 
     async def _record(self, notification: Notification, error: str | None) -> None:
+        if error is None:
+            self._proven.add(notification.client_id)
+            self._failing.discard(notification.client_id)
+        else:
+            self._failing.add(notification.client_id)
+            if len(self._failing) > 100_000:  # (bounded: forgetting only lets one try again)
+                self._failing.clear()
+        if len(self._proven) > 100_000:
+            self._proven.clear()
         attempts = notification.attempts + 1
         now = utcnow()
         async with self._sessions() as session, session.begin():
