@@ -41,7 +41,16 @@ from bench import (
 from bench.infra import ROOT, Run
 
 RESULTS = ROOT / "bench" / "results"
-SCENARIOS = ("ceilings", "overhead", "consumer", "pickup", "fastlane", "status", "accept")
+SCENARIOS = (
+    "ceilings",
+    "overhead",
+    "consumer",
+    "pickup",
+    "fastlane",
+    "status",
+    "accept",
+    "fees",
+)
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,7 @@ class Scale:
     status_upstream: tuple[int, float]
     pickup: tuple[int, float]  # samples, rate
     fast_pickup: tuple[int, int, float] = (20_000, 100, 10.0)  # normal backlog, samples, rate
+    fees: tuple[int, float, int] = (500, 10.0, 3)  # rate, seconds, rounds (each way)
     profile_rate: int | None = None
     parallel: bool = False
     notes: list[str] = field(default_factory=list)
@@ -112,6 +122,7 @@ SMOKE = Scale(
     status_upstream=(10, 20.0),
     pickup=(8, 8.0),
     fast_pickup=(200, 5, 5.0),
+    fees=(50, 1.0, 1),
     parallel=True,
 )
 
@@ -285,7 +296,7 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
             pickup_consumer = None
             prepared: list[consumer.Case] = []
             bare_server = None
-            wants_api = bool(only & {"pickup", "fastlane", "status", "accept"})
+            wants_api = bool(only & {"pickup", "fastlane", "status", "accept", "fees"})
             if scale.parallel:
                 # Smoke: every process the run needs starts now; their imports (seconds of CPU
                 # each) overlap the ceilings instead of adding up.
@@ -361,6 +372,14 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
                         )
                         or []
                     )
+                if "fees" in only:
+                    rate, seconds, rounds = scale.fees
+                    results["fees"] = await step(
+                        "fees",
+                        lambda: api.fee_budget_cost(
+                            run, server, rate=rate, duration_s=seconds, rounds=rounds
+                        ),
+                    )
     results["load_at_end"] = procstat.machine()["loadavg"]
     results["duration_s"] = round(time.perf_counter() - started, 1)
     results["failures"] = failures
@@ -395,9 +414,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--spend-policy",
-        choices=("rules", "budget"),
+        choices=("rules", "budget", "fees"),
         help="the API's client has a spend policy its load keeps: the per-transaction rules, "
-        "or those and a daily budget (a reservation in the database per request)",
+        "or those and a daily budget (a reservation in the database per request), or those and "
+        "a fee budget",
     )
     parser.add_argument("--name", help="results file name (default: kind + UTC time)")
     parser.add_argument("--note", action="append", default=[], help="a note stored with results")

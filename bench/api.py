@@ -6,14 +6,19 @@
   its first ``processing`` event;
 - status lookups per tier (Redis hit, MySQL with Redis empty, upstream refresh), each request
   checked to have been answered by the tier it measures (``X-Cache``);
-- the accept path at fixed offered rates from the load generator process.
+- the accept path at fixed offered rates from the load generator process;
+- the fee budget's cost: the accept path at one rate for a client with a value budget and one
+  with a fee budget on top, alternately, in the same API process (and the guard's own code in
+  a loop, ``bench.guardcost``).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
+import statistics
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -23,7 +28,7 @@ from typing import Any
 import httpx
 from sqlalchemy import create_engine, text
 
-from bench import infra, procstat, profiling
+from bench import guardcost, infra, procstat, profiling
 from bench.ceilings import CommitProbe
 from bench.infra import Run, check
 from bench.loadgen import latency_summary
@@ -390,3 +395,48 @@ async def accept_path(
     for level in levels:
         level["rows_not_yet_enqueued_after_all_levels"] = int(pending)
     return levels
+
+
+async def fee_budget_cost(
+    run: Run, server: ApiServer, *, rate: int, duration_s: float, rounds: int
+) -> dict[str, Any]:
+    """API CPU per accepted request for a client without a fee budget (``off``: its policy's
+    rules and a daily value budget) and one with it (``on``: those, ``maxFeeWei``,
+    ``dailyFeeWei`` and the speeds), alternately ``rounds`` times at ``rate``, in the same
+    process; then the guard's own code in a loop, both ways."""
+    post = {"method": "POST", "path": "/api/v1/relay/direct", "body": BODY, "expect_status": [202]}
+    variants = {}
+    for variant, spend_policy in (("off", "budget"), ("on", "fees")):
+        key = apikeys.generate_key()
+        infra.create_client(server.database_url, key, f"fees-{variant}", spend_policy=spend_policy)
+        variants[variant] = dataclasses.replace(server, key=key)
+    measured: dict[str, list[float]] = {"off": [], "on": []}
+    for round_no in range(rounds):
+        for variant, client in variants.items():
+            await server.db_counts(reset=True)
+            before = procstat.cpu_seconds(server.process.pid) or 0.0
+            result = await infra.run_loadgen(
+                run,
+                client.spec(**post, rate=rate, duration_s=duration_s),
+                f"fees-{variant}-{round_no}",
+            )
+            await asyncio.sleep(0.5)  # the publisher's work after the answers is counted too
+            cpu = (procstat.cpu_seconds(server.process.pid) or 0.0) - before
+            counts = await server.db_counts()
+            accepted = int(counts["http_requests"].get("POST /api/v1/relay/direct 202", 0))
+            check(
+                accepted > 0 and result["error_count"] == 0,
+                f"fees ({variant}): {accepted} accepted, errors {result['errors']}",
+            )
+            measured[variant].append(round(1000 * cpu / accepted, 4))
+    guard = (
+        await guardcost.per_request_us(100_000),
+        await guardcost.per_request_us(100_000, fees=True),
+    )
+    return {
+        "rate": rate,
+        "duration_s": duration_s,
+        "api_cpu_ms_per_request": measured,
+        "median_ms": {k: round(statistics.median(v), 4) for k, v in measured.items()},
+        "guard_us": {"off": round(guard[0], 2), "on": round(guard[1], 2)},
+    }

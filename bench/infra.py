@@ -366,7 +366,8 @@ def create_client(
     """Insert an API client (with ``key`` if given) whose rate limit the benchmarks cannot
     reach; returns its id. ``spend_policy``: ``rules`` sets every per-transaction rule of a
     spend policy (``allowed_to`` the one destination allowed), ``budget`` those and a daily
-    budget (a reservation on each request); the benchmark's requests break none of them."""
+    budget (a reservation on each request), ``fees`` those and a fee budget (``maxFeeWei``,
+    ``dailyFeeWei``, the speeds); the benchmark's requests break none of them."""
     engine = create_engine(sync_url(database_url))
     client_id = str(uuid.uuid4())
     secret = key or apikeys.generate_key()
@@ -382,14 +383,24 @@ def create_client(
                 # Its own rate limit, far above what the load generator sends: the limiter
                 # runs on every request (a Redis script call), and never refuses one.
                 rate_limit_per_s=1_000_000.0,
+                policy_granted_at=utcnow(),
                 rate_limit_burst=1_000_000,
                 **(
                     {
                         "policy_allowed_to": [allowed_to.lower()],
                         "policy_max_value_wei": str(10**18),
-                        "policy_daily_value_wei": str(10**30) if spend_policy == "budget" else None,
+                        "policy_daily_value_wei": str(10**30) if spend_policy != "rules" else None,
                         "policy_max_gas": 1_000_000,
                     }
+                    | (
+                        {  # a fee budget too: every request is priced and reserves its fee
+                            "policy_max_fee_wei": str(10**30),
+                            "policy_daily_fee_wei": str(10**30),
+                            "policy_speeds": ["average", "fast"],
+                        }
+                        if spend_policy == "fees"
+                        else {}
+                    )
                     if spend_policy
                     else {}
                 ),

@@ -24,6 +24,7 @@ PICKUP_P95_MS = 250.0
 API_CPU_MS = 0.6  # per accepted request, at 500 req/s offered and above
 API_FULL_RATE = 1000  # offered in several consecutive runs: answered in full, p99 <= 20 ms ...
 API_FULL_RUNS_NEEDED = 4  # ... in at least this many of them (of 5 in a full run)
+GUARD_US = 100.0  # issue 27: the guard's own code, fee budget on, per request
 CONSUMER_CPU_S_PER_1000 = 0.5  # one process, at 0 and 200 ms executor latency
 CONSUMER_200MS_MSGS = 1100  # one process, 200 ms executor
 
@@ -370,6 +371,36 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
                 "",
                 f">= {API_FULL_RUNS_NEEDED} of 5 (issue 18)",
                 judge(sum(full_runs) >= API_FULL_RUNS_NEEDED),
+            )
+        )
+
+    fees = results.get("fees")
+    if fees:
+        name = (
+            f"fee budget, offered {fees['rate']} req/s ({fees['duration_s']:g} s each, alternately)"
+        )
+        runs = fees["api_cpu_ms_per_request"]
+        median = fees["median_ms"]
+        out.append(
+            Row(
+                name,
+                "API CPU per request, fee budget off / on (median; each run)",
+                f"{median['off']} / {median['on']} ({', '.join(map(str, runs['off']))} / "
+                f"{', '.join(map(str, runs['on']))})",
+                "ms",
+            )
+        )
+        guard = fees["guard_us"]
+        out.append(
+            Row(
+                name,
+                "the guard's own code per request, fee budget off / on",
+                f"{guard['off']} / {guard['on']}",
+                "µs",
+                None,
+                "",
+                f"on < {GUARD_US:g} µs (issue 27)",
+                judge(guard["on"] < GUARD_US),
             )
         )
 

@@ -31,6 +31,7 @@ from relay_testkit.makerun import ROOT, STOP_GRACE_S, MakeRun
 from relay_testkit.makerun import clean_env as _clean_env
 
 CONFIRMED_S = 30.0  # a block a second, confirmed two blocks later
+DEAD = "0x000000000000000000000000000000000000dEaD"
 
 
 def _start(*args: Any, **kwargs: Any) -> MakeRun:
@@ -298,5 +299,95 @@ def test_the_readmes_commands_work_on_a_fresh_clone(tmp_path: Path) -> None:
         )
         assert done.returncode == 0, done.stderr
         assert done.stdout.strip() == "confirmed", done.stdout
+    finally:
+        _interrupt(run)
+
+
+def _relay(run: MakeRun, state: Path, *args: str) -> str:
+    """The `relay` command against this make run's database, as an operator runs it."""
+    done = subprocess.run(
+        [sys.executable, "-m", "relay_api.cli", *args],
+        env={**_clean_env(state, run.port), "DATABASE_URL": f"sqlite:///{state / 'relay.db'}"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def _created_key(output: str) -> str:
+    return output.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_make_run_is_safe_by_default(tmp_path: Path, workdir: Path) -> None:
+    """Issue 27 on the shipped defaults: a new key spends nothing until an admin grants it a
+    policy; the fee budget refuses past `dailyFeeWei`; an admin key submits nothing; the audit
+    log names the change and who made it, and a client key may not read it; the executor's
+    /__admin is closed to anything without its token."""
+    state = tmp_path / "state"
+    run = _start(workdir, state, tmp_path / "run.log")
+    try:
+        created = _relay(run, state, "keys", "create", "--name", "x")
+        assert "may submit nothing until it is granted a spend policy" in created, created
+        client = {"X-API-Key": _created_key(created)}
+        admin = {
+            "X-API-Key": _created_key(
+                _relay(run, state, "keys", "create", "--name", "ops", "--role", "admin")
+            )
+        }
+        api = httpx.Client(base_url=run.base, timeout=10)
+        with api:
+
+            def submit(headers: dict[str, str], gas_limit: int, n: int) -> httpx.Response:
+                return api.post(
+                    "/api/v1/relay/direct",
+                    headers={**headers, "Idempotency-Key": f"safe-{n}"},
+                    json={"to": DEAD, "value": "1", "gasLimit": str(gas_limit)},
+                )
+
+            refused = submit(client, 21_000, 1)
+            assert refused.status_code == 403, refused.text
+            assert refused.json()["error"] == "policy_refused"
+            assert refused.json()["detail"].startswith("policy noPolicy: "), refused.text
+
+            # 0.001 ETH of fees a day: one 21,000-gas transfer (~21,000 x a few gwei) fits,
+            # 10 M gas at any fee per gas a chain asks does not.
+            policy = {
+                "allowedTo": [DEAD],
+                "maxValueWei": "10",
+                "dailyValueWei": "100",
+                "maxGas": 10_000_000,
+                "dailyFeeWei": str(10**15),
+            }
+            granted = api.patch("/api/v1/admin/clients/x", headers=admin, json=policy)
+            assert granted.status_code == 200, granted.text
+            assert granted.json()["policy"]["granted"] is True
+            assert granted.json()["policy"]["grantedBy"] == "ops (admin)"
+
+            accepted = submit(client, 21_000, 2)
+            assert accepted.status_code == 202, accepted.text
+            past_fees = submit(client, 10_000_000, 3)
+            assert past_fees.status_code == 403, past_fees.text
+            assert past_fees.json()["detail"].startswith("policy dailyFeeWei: "), past_fees.text
+
+            by_admin = submit(admin, 21_000, 4)
+            assert by_admin.status_code == 403, by_admin.text
+
+            trail = api.get("/api/v1/admin/audit", headers=admin)
+            assert trail.status_code == 200, trail.text
+            change = next(e for e in trail.json()["entries"] if e["action"] == "client.change")
+            assert change["actor"]["name"] == "ops"
+            assert change["target"]["name"] == "x"
+            assert change["before"]["policy"]["granted"] is False
+            assert change["after"]["policy"]["dailyFeeWei"] == str(10**15)
+            assert api.get("/api/v1/admin/audit", headers=client).status_code == 403
+
+        executor = run.banner("executor")
+        assert httpx.post(f"{executor}/__admin/reset", timeout=10).status_code == 401
+        stats = httpx.get(f"{executor}/__admin/stats", headers=run.stub_admin, timeout=10)
+        assert stats.status_code == 200, stats.text
     finally:
         _interrupt(run)

@@ -118,3 +118,43 @@ async def test_leases_of_a_budget_never_let_two_processes_spend_past_it(
     assert total == 320, (first, total)
     shown = relay_command(env, "clients", "show", "payer")
     assert "reserved in the last 24 hours: 3200 wei" in shown, shown
+
+
+@pytest.mark.timeout(120)
+async def test_a_daily_fee_budget_holds_across_two_api_processes(
+    infra_env: dict[str, Any], sqs: Any, tmp_path: Path
+) -> None:
+    """Each transaction reserves the most it can cost in fees: its gas limit times the most a
+    unit of gas can cost at its speed (here, with no chain, RELAY_MAX_FEE_PER_GAS_WEI: 10 wei
+    at safeLow, 20 at fastest), so 21,000 gas at safeLow reserves 210,000 wei."""
+    await queue_mod.create_queues(sqs, InfraSettings(**infra_env))
+    env = {**infra_process_env(infra_env), "RELAY_MAX_FEE_PER_GAS_WEI": "10"}
+    key = new_api_key(env, "payer", rate_per_s=1000, burst=2000)
+    shown = relay_command(env, "clients", "policy", "payer", "--daily-fee", "2100000")
+    assert "fee budget    2100000 wei" in shown, shown
+
+    async with two_apis(env, tmp_path / "api.log") as (ports, http):
+
+        async def pay(i: int, **body: Any) -> httpx.Response:
+            return await http.post(
+                f"http://127.0.0.1:{ports[i % 2]}/api/v1/relay/direct",
+                json={"to": DEAD, "data": f"0x{i:06x}", "gasLimit": "21000", **body},
+                headers={"X-API-Key": key},
+            )
+
+        no_limit = await http.post(
+            f"http://127.0.0.1:{ports[0]}/api/v1/relay/direct",
+            json={"to": DEAD},
+            headers={"X-API-Key": key},
+        )
+        assert no_limit.status_code == 403
+        assert "gasLimit is required" in no_limit.json()["detail"], no_limit.text
+        answers = [await pay(i, speed="safeLow") for i in range(4)]
+        answers += await asyncio.gather(*(pay(i, speed="safeLow") for i in range(4, 40)))
+    accepted = [a for a in answers if a.status_code == 202]
+    refused = [a for a in answers if a.status_code == 403]
+    assert (len(accepted), len(refused)) == (10, 30), [a.text for a in answers]
+    assert all(r.json()["detail"].startswith("policy dailyFeeWei: ") for r in refused)
+    assert {str(a.request.url.port) for a in accepted} == {str(p) for p in ports}
+    shown = relay_command(env, "clients", "show", "payer")
+    assert "reserved in the last 24 hours: 2100000 wei" in shown, shown

@@ -516,12 +516,53 @@ def _heartbeat_problems(template: dict[str, Any], alarms: list[dict[str, Any]]) 
 
 
 PUBLIC_PATHS = {"/api/v1/*", "/health"}
+ADMIN_PATHS = {"/api/v1/admin/*"}
+
+
+def _priority(rule: dict[str, Any]) -> int:
+    return int(rule.get("Properties", {}).get("Priority", 0))
+
+
+def admin_plane_problems(template: dict[str, Any]) -> list[str]:
+    """The admin plane is not forwarded from the internet (DESIGN invariant 8): a rule that
+    answers /api/v1/admin/* itself comes before the public API's, and any rule that forwards
+    those paths comes before it and only from the operators' CIDRs."""
+    rules = resources(template, "AWS::ElasticLoadBalancingV2::ListenerRule")
+    public = [_priority(r) for r in rules.values() if _paths(r) == PUBLIC_PATHS]
+    closed = [
+        _priority(rule)
+        for rule in rules.values()
+        if _paths(rule) == ADMIN_PATHS
+        and all(a.get("Type") == "fixed-response" for a in rule["Properties"].get("Actions", []))
+    ]
+    problems = []
+    if not closed or not public or min(closed) >= min(public):
+        problems.append(
+            "no rule refuses /api/v1/admin/* before the public API's rule: the admin plane "
+            "would be forwarded from the internet"
+        )
+    for name, rule in rules.items():
+        forwards = any(a.get("Type") == "forward" for a in rule["Properties"].get("Actions", []))
+        if not forwards or _paths(rule) != ADMIN_PATHS:
+            continue
+        conditions = rule["Properties"].get("Conditions", [])
+        if not any(c.get("Field") == "source-ip" for c in conditions):
+            problems.append(f"{name} forwards the admin plane from anywhere")
+    return problems
+
+
+def _paths(rule: dict[str, Any]) -> set[str]:
+    found: set[str] = set()
+    for condition in rule.get("Properties", {}).get("Conditions", []):
+        found |= set(condition.get("PathPatternConfig", {}).get("Values", []))
+    return found
 
 
 def exposure_problems(template: dict[str, Any]) -> list[str]:
     """The internet-facing listeners forward only the public API: /metrics, /ready, /docs
-    and /openapi.json are not routed (DESIGN §2 invariant 8; the guard issue)."""
-    problems = []
+    and /openapi.json are not routed (DESIGN §2 invariant 8; the guard issue); the admin plane
+    only from the operators' networks."""
+    problems = admin_plane_problems(template)
     for name, listener in resources(template, "AWS::ElasticLoadBalancingV2::Listener").items():
         for action in listener.get("Properties", {}).get("DefaultActions", []):
             if action.get("Type") == "forward":
@@ -531,11 +572,10 @@ def exposure_problems(template: dict[str, Any]) -> list[str]:
         properties = rule.get("Properties", {})
         if not any(a.get("Type") == "forward" for a in properties.get("Actions", [])):
             continue
-        for condition in properties.get("Conditions", []):
-            values = set(condition.get("PathPatternConfig", {}).get("Values", []))
-            if condition.get("Field") != "path-pattern" or not values:
-                problems.append(f"{name} forwards without a path condition")
-            forwarded |= values
+        if not _paths(rule):
+            problems.append(f"{name} forwards without a path condition")
+        if _paths(rule) != ADMIN_PATHS:  # (the operators' rule: admin_plane_problems)
+            forwarded |= _paths(rule)
     if forwarded != PUBLIC_PATHS:
         problems.append(
             f"the ALB must forward exactly {sorted(PUBLIC_PATHS)}, forwards {sorted(forwarded)}"
@@ -649,6 +689,17 @@ MUTATIONS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
             [{"Type": "forward", "TargetGroupArn": {"Ref": "ApiTargetGroup"}}],
         ),
         "forwards every path",
+    ),
+    "admin plane open to the internet": (
+        _delete(["Resources", "AdminPlaneClosedRule"]),
+        "admin plane would be forwarded",
+    ),
+    "admin plane forwarded from anywhere": (
+        _set(
+            ["Resources", "OperatorAdminRule", "Properties", "Conditions"],
+            [{"Field": "path-pattern", "PathPatternConfig": {"Values": ["/api/v1/admin/*"]}}],
+        ),
+        "forwards the admin plane from anywhere",
     ),
     "metrics routed": (
         _set(

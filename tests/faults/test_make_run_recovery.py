@@ -53,7 +53,7 @@ class Storm:
 def _storm(run: makerun.MakeRun, index: int, shape: str, speeds: list[str]) -> Storm:
     executor = run.banner("executor")
     api = httpx.Client(base_url=run.base, headers={"X-API-Key": run.key}, timeout=10)
-    stub = httpx.Client(base_url=executor, timeout=10)
+    stub = httpx.Client(base_url=executor, headers=run.stub_admin, timeout=10)
     with api, stub:
         stub.patch(
             "/__admin/faults", json={"rate_limit_rate": 1.0, "rate_limit_after_s": 2}

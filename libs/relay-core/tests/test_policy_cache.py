@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import ApiClient, ClientSpend, utcnow
-from relay_core.policy import PolicyCache, bucket_of
+from relay_core.policy import VALUE, PolicyCache, bucket_of
 from relay_core.settings import InfraSettings
 
 
@@ -37,6 +37,7 @@ async def _client(sessions: async_sessionmaker[AsyncSession], spent: int) -> str
                 key_prefix="rk_test",
                 created_at=utcnow(),
                 policy_daily_value_wei="100",
+                policy_granted_at=utcnow(),
             )
         )
         await session.execute(
@@ -67,7 +68,7 @@ async def test_many_messages_at_once_read_a_client_once_per_ttl(engine: AsyncEng
     assert policy is not None
     assert policy.daily_value_wei == 100
     over = await asyncio.gather(*(cache.over_budget(client_id, policy) for _ in range(100)))
-    assert over == [150] * 100
+    assert over == [[(VALUE, 150)]] * 100
     assert cache.reads == 2
 
     clock.now = 4.9  # still fresh

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from relay_core.settings import InfraSettings, async_database_url
+from relay_core.settings import DEV_EXECUTOR_KEY, InfraSettings, async_database_url
 
 
 @pytest.mark.parametrize(
@@ -33,3 +33,37 @@ def test_conventional_env_names_are_read(monkeypatch: pytest.MonkeyPatch) -> Non
         "redis://r:6379/0",
         "http://127.0.0.1:4566",
     )
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        DEV_EXECUTOR_KEY,
+        "changeme",
+        "short-but-not-a-placeholder",
+        "example-key-example-key-example-key-example",
+    ],
+)
+def test_production_refuses_an_executor_key_that_is_not_a_real_one(key: str) -> None:
+    settings = InfraSettings(environment="production", executor_api_key=key)
+    with pytest.raises(SystemExit, match="RELAY_EXECUTOR_API_KEY"):
+        settings.check_production_secrets()
+    real = InfraSettings(environment="production", executor_api_key="k" * 20 + "x7Qp2Lw9Zr4Nt8Bv")
+    real.check_production_secrets()
+
+
+def test_the_test_environment_relaxes_its_checks_only_away_from_a_deployment() -> None:
+    local = {
+        "environment": "test",
+        "aws_endpoint_url": "http://127.0.0.1:4566",
+        "executor_url": "http://127.0.0.1:8080",
+        "database_url": "mysql://root@db.internal:3306/relay_tests",  # a remote test database
+    }
+    InfraSettings(**local).check_production_secrets()  # the stub's key, in a test: fine
+    for deployed in (
+        {"aws_endpoint_url": None},  # AWS's own SQS
+        {"executor_url": "https://relayer.internal:8080"},
+        {"chain_rpc_url": "https://mainnet.example/rpc"},
+    ):
+        with pytest.raises(SystemExit, match="RELAY_ENV=test is for tests"):
+            InfraSettings(**{**local, **deployed}).check_production_secrets()

@@ -71,6 +71,7 @@ def seed_rows(
                 key_hash=uuid.uuid4().hex * 2,
                 key_prefix="seed",
                 created_at=now,
+                policy_granted_at=now,  # may spend (with no limits)
             )
         )
         for start in range(0, len(rows), 500):

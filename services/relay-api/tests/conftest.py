@@ -13,6 +13,7 @@ from relay_api.app import create_app
 from relay_api.auth.service import create_client
 from relay_api.runtime import Runtime
 from relay_api.settings import ApiSettings
+from relay_core import policy
 from relay_core import queue as queue_mod
 
 
@@ -68,9 +69,16 @@ NewKey = Callable[..., Awaitable[str]]
 
 @pytest.fixture
 def new_key(runtime: Runtime) -> NewKey:
-    async def make(name: str = "acme", *, admin: bool = False) -> str:
+    async def make(
+        name: str = "acme", *, admin: bool = False, role: str | None = None, granted: bool = True
+    ) -> str:
+        """A key of ``role`` (admin with ``admin``); a client's is granted a policy with no
+        limits unless ``granted`` is off (then it may submit nothing)."""
+        role = role or ("admin" if admin else "client")
         async with runtime.sessions() as session, session.begin():
-            _, key = await create_client(session, name, admin=admin)
+            client, key = await create_client(session, name, role=role)
+            if role == "client" and granted:
+                policy.apply(client, {"allowedTo": []}, granted_by="the test")
         return key
 
     return make

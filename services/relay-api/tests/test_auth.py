@@ -79,7 +79,16 @@ async def test_cli_keys_create_prints_a_working_key_alone_on_the_last_line(
 ) -> None:
     name = f"cli-{uuid.uuid4().hex[:6]}"
     result = subprocess.run(
-        [sys.executable, "-m", "relay_api.cli", "keys", "create", "--name", name, "--admin"],
+        [
+            sys.executable,
+            "-m",
+            "relay_api.cli",
+            "keys",
+            "create",
+            "--name",
+            name,
+            "--any-destination",
+        ],
         env={**os.environ, "DATABASE_URL": database_url},
         capture_output=True,
         text=True,

@@ -22,7 +22,7 @@ from api_testkit import DEAD
 from relay_api.app import create_app
 from relay_api.auth.service import create_client
 from relay_api.settings import ApiSettings
-from relay_core import controls
+from relay_core import controls, policy
 from relay_core.db.models import utcnow
 from relay_core.localsqs import free_port
 
@@ -63,8 +63,9 @@ async def test_the_dashboard_shows_the_systems_state_and_its_switch_pauses_the_l
 
     base, runtime = served
     async with runtime.sessions() as session, session.begin():
-        _, admin = await create_client(session, "ops", admin=True)
-        _, client = await create_client(session, "acme")
+        _, admin = await create_client(session, "ops", role="admin")
+        acme, client = await create_client(session, "acme")
+        policy.apply(acme, {"allowedTo": []}, granted_by="the test")
         # a consumer's report, as one writes it every few seconds
         await controls.report(
             session,

@@ -196,12 +196,19 @@ async def test_only_an_admin_reads_or_changes_policies_and_bad_values_are_named(
         assert response.status_code in (400, 422), response.text
         assert field in response.text
     shown = (await client.get("/api/v1/admin/clients/acme", headers=admin)).json()
-    assert shown["policy"] == {
+    assert shown["policy"] | {"grantedAt": None} == {
+        "granted": True,
+        "unlimited": True,
+        "grantedAt": None,
+        "grantedBy": "the test",
         "allowedTo": [],
         "maxValueWei": None,
         "dailyValueWei": None,
         "maxGas": None,
         "gaslessValue": False,
+        "maxFeeWei": None,
+        "dailyFeeWei": None,
+        "speeds": [],
     }
     assert shown["rateLimit"]["own"] is False
     changed = await _set(client, admin_key, "acme", rateLimitPerS=5, rateLimitBurst=10)
@@ -220,3 +227,25 @@ async def test_a_rate_limit_stored_around_the_api_out_of_bounds_leaves_the_clien
         )
     response = await _direct(client, key)
     assert response.status_code == 202, response.text
+
+
+async def test_fee_rules_judge_the_most_a_transaction_can_cost_at_its_speed(
+    client: httpx.AsyncClient, runtime: Runtime, new_key: Any, admin_key: str
+) -> None:
+    # No chain here: a unit of gas costs at most RELAY_MAX_FEE_PER_GAS_WEI x the speed's
+    # factor (fast 1.5x, fastest 2x).
+    price = runtime.settings.max_fee_per_gas_wei
+    key = await new_key("acme")
+    shown = await _set(
+        client,
+        admin_key,
+        "acme",
+        maxFeeWei=str(21_000 * price * 3 // 2),
+        speeds=["fast", "fastest"],
+    )
+    assert (shown["policy"]["speeds"], shown["policy"]["unlimited"]) == (["fast", "fastest"], False)
+    _refused(await _direct(client, key, speed="fast"), "maxFeeWei")  # gasLimit is needed
+    assert (await _direct(client, key, gasLimit="21000", speed="fast")).status_code == 202
+    _refused(await _direct(client, key, gasLimit="21000", speed="fastest"), "maxFeeWei")
+    _refused(await _direct(client, key, gasLimit="21000", speed="safeLow"), "speeds")
+    assert await count_rows(runtime) == 1

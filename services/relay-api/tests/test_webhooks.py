@@ -215,3 +215,27 @@ async def test_webhook_for_an_unknown_executor_id_is_404_so_the_executor_retries
         )
     assert (await _post(client, body)).json() == {"status": "applied"}
     assert (await _row(runtime, tx_id)).status == "mined"
+
+
+async def test_webhook_receipts_are_forgotten_once_older_than_their_retention(
+    runtime: Runtime,
+) -> None:
+    from datetime import timedelta
+
+    from relay_api.webhooks import repository
+    from relay_core.db.models import WebhookReceipt, utcnow
+
+    now = utcnow()
+    async with runtime.sessions() as session, session.begin():
+        session.add_all(
+            [WebhookReceipt(id=f"old-{n}", received_at=now - timedelta(hours=2)) for n in range(7)]
+            + [WebhookReceipt(id="fresh", received_at=now)]
+        )
+    async with runtime.sessions() as session, session.begin():
+        assert await repository.forget_receipts(session, now - timedelta(hours=1), 5) == 5
+    async with runtime.sessions() as session, session.begin():
+        assert await repository.forget_receipts(session, now - timedelta(hours=1), 5) == 2
+    async with runtime.sessions() as session:
+        left = list((await session.execute(select(WebhookReceipt.id))).scalars())
+    assert left == ["fresh"]
+    assert "webhook-receipts" in {t.get_name() for t in runtime.tasks}

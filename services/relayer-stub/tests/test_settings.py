@@ -49,6 +49,10 @@ def test_environment_variables_use_the_stub_prefix(monkeypatch: pytest.MonkeyPat
         {"api_key": "short-key"},
         {"api_key": "a key with spaces in it that is long enough"},
         {"host": "192.0.2.10"},  # the well-known dev key must not leave loopback
+        # /__admin (reset, faults) must not leave loopback unguarded (issue 27)
+        {"host": "192.0.2.10", "api_key": "k" * 40},
+        {"host": "0.0.0.0", "api_key": "k" * 40},  # noqa: S104
+        {"admin_token": "short"},
         {"webhook_signing_key": "too-short"},
         {"webhook_url": "ftp://example.invalid"},
         {"relayer_ids": "a,a"},
@@ -61,6 +65,6 @@ def test_unsafe_or_invalid_settings_are_refused(values: dict[str, Any]) -> None:
 
 
 def test_a_real_key_may_bind_beyond_loopback() -> None:
-    opened = settings(host="192.0.2.10", api_key="k" * 40)
+    opened = settings(host="192.0.2.10", api_key="k" * 40, admin_token="t" * 24)
 
     assert opened.api_key.get_secret_value() != DEV_API_KEY

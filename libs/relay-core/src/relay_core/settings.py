@@ -11,11 +11,22 @@ from __future__ import annotations
 import ipaddress
 from enum import StrEnum
 from typing import Annotated
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from relay_core.netguard import AddressPolicy
+
+MIN_SECRET_CHARS = 32  # what OZ Relayer demands of its own keys
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
 
 # The relayer-stub's development key, so `make run` works without configuration.
 DEV_EXECUTOR_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
@@ -174,6 +185,17 @@ class InfraSettings(BaseSettings):
         "unset: Relay never reads the chain itself",
     )
 
+    forwarder_gas_overhead: int = Field(
+        60_000, ge=0, description="gas added to a gasless request's gas for the forwarder"
+    )
+    max_fee_per_gas_wei: int = Field(
+        100_000_000_000,
+        ge=0,
+        description="without RELAY_CHAIN_RPC_URL: the most a unit of gas is taken to cost at "
+        "speed safeLow (average 1.25x, fast 1.5x, fastest 2x), for the clients' fee budgets "
+        "(with it: twice the chain's base fee, plus a tip)",
+    )
+
     executor_url: str = Field(
         "http://127.0.0.1:8080",
         validation_alias=env("RELAY_EXECUTOR_URL", "EXECUTOR_URL"),
@@ -201,11 +223,49 @@ class InfraSettings(BaseSettings):
         return self.queue_name, self.dlq_name
 
     def check_production_secrets(self) -> None:
-        """Called by the long-running services at start (not by one-off CLI commands)."""
+        """Called by the long-running services at start (not by one-off CLI commands).
+
+        In production the executor's key must be a real one: not the relayer-stub's, not a
+        placeholder, and at least as long as OZ Relayer demands of its own (32 characters).
+        ``RELAY_ENV=test`` relaxes this, as ``dev`` does, but only for tests: settings that
+        reach AWS's SQS, or an executor or a chain off this machine, are a deployment's, and
+        refuse to start with ``test`` (a test database may be remote)."""
+        if self.environment is Environment.test:
+            remote = self.remote_endpoints()
+            if remote:
+                raise SystemExit(
+                    "RELAY_ENV=test is for tests on this machine, and these settings reach "
+                    f"beyond it ({', '.join(remote)}): use RELAY_ENV=production (or dev)"
+                )
         if self.is_dev:
             return
-        if self.executor_api_key.get_secret_value() in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS):
-            raise SystemExit("RELAY_EXECUTOR_API_KEY must be set to a real key in production")
+        key = self.executor_api_key.get_secret_value()
+        if (
+            key in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS)
+            or len(key) < MIN_SECRET_CHARS
+            or any(word in key.lower() for word in ("change", "example", "placeholder"))
+        ):
+            raise SystemExit(
+                "RELAY_EXECUTOR_API_KEY must be the executor's real key in production (at "
+                f"least {MIN_SECRET_CHARS} characters, as OZ Relayer requires)"
+            )
+
+    def remote_endpoints(self) -> list[str]:
+        """The settings that reach what only a deployment reaches: AWS's SQS, or an executor
+        or a chain off this machine (their names)."""
+        urls = {
+            "AWS_ENDPOINT_URL": self.aws_endpoint_url or "https://sqs.amazonaws.com",
+            "RELAY_EXECUTOR_URL": self.executor_url,
+            "RELAY_CHAIN_RPC_URL": self.chain_rpc_url,
+        }
+        remote = []
+        for name, url in urls.items():
+            if url is None:
+                continue
+            host = urlsplit(url).hostname or ""
+            if host != "localhost" and not _loopback(host):
+                remote.append(name)
+        return remote
 
     @field_validator("callback_allowed_networks", mode="before")
     @classmethod

@@ -155,12 +155,19 @@ def new_api_key(
     name: str,
     *,
     admin: bool = False,
+    role: str | None = None,
+    policy: tuple[str, ...] = ("--any-destination",),
     rate_per_s: float | None = None,
     burst: int | None = None,
 ) -> str:
-    """A client made as an operator makes one (``relay keys create``), optionally with its own
-    rate limit (``relay clients policy``); returns its key."""
-    create = ["keys", "create", "--name", name, *(["--admin"] if admin else [])]
+    """A client made as an operator makes one (``relay keys create``): a client's key with
+    ``policy`` (the options of ``relay keys create``; by default granted with any destination
+    and no limit, () for none: it may then submit nothing), or an admin's or operator's;
+    optionally with its own rate limit (``relay clients policy``). Returns its key."""
+    role = role or ("admin" if admin else "client")
+    create = ["keys", "create", "--name", name, "--role", role]
+    if role == "client":
+        create += policy
     key = relay_command(env, *create).strip().splitlines()[-1]
     if rate_per_s is not None and burst is not None:
         relay_command(

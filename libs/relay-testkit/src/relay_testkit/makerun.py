@@ -33,6 +33,7 @@ class MakeRun:
     process: subprocess.Popen[bytes]
     log: Path
     port: int
+    state_dir: Path
     seen: dict[int, str] = field(default_factory=dict)
 
     @property
@@ -53,6 +54,12 @@ class MakeRun:
     @property
     def key(self) -> str:
         return self.banner("dev key")
+
+    @property
+    def stub_admin(self) -> dict[str, str]:
+        """Headers for the executor's /__admin (its token is kept in the state directory)."""
+        token = (self.state_dir / "stub-admin-token").read_text().strip()
+        return {"Authorization": f"Bearer {token}"}
 
 
 def clean_env(state_dir: Path, port: int) -> dict[str, str]:
@@ -86,7 +93,7 @@ def start(
             stderr=subprocess.STDOUT,
             start_new_session=True,  # its own process group, like a shell job
         )
-    run = MakeRun(process=process, log=log, port=port)
+    run = MakeRun(process=process, log=log, port=port, state_dir=state_dir)
     deadline = time.monotonic() + startup_s
     while "Relay is running" not in run.output() or "  curl -s " not in run.output():
         if process.poll() is not None or time.monotonic() > deadline:

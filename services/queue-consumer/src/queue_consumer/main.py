@@ -19,6 +19,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.settings import ConsumerSettings
+from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
 from queue_consumer.transactions.lookup import ExecutorLookup
@@ -197,6 +198,7 @@ async def open_consumer(
             consumer.reconciler = Reconciler(
                 sessions, sqs, lanes, settings, cache, executor=executor, rpc=rpc
             )
+            consumer.settler = FeeSettler(sessions, rpc)
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,

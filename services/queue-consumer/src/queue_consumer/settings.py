@@ -79,9 +79,6 @@ class ConsumerSettings(InfraSettings):
     consumer_nonce_poll_s: float = Field(
         2.0, gt=0, description="how often a waiting gasless request checks whose turn it is"
     )
-    forwarder_gas_overhead: int = Field(
-        60_000, ge=0, description="gas added to a gasless request's gas for the forwarder"
-    )
 
     consumer_id: str = Field(
         default_factory=lambda: f"{socket.gethostname()}:{os.getpid()}",

@@ -28,6 +28,7 @@ from queue_consumer.notifications.service import Notifier
 from queue_consumer.retry import Action, Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.switch import Switch
+from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.service import Outcome, TransactionProcessor
 from relay_core import tracing
@@ -106,6 +107,7 @@ class Consumer:
         )
         self.circuits = (self.breaker, self.database)
         self.tracker: Tracker | None = None
+        self.settler: FeeSettler | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
         self.switch = Switch(
@@ -168,6 +170,13 @@ class Consumer:
                 asyncio.create_task(
                     self._every(self.settings.tracker_interval_s, self.tracker.run_once, "tracker"),
                     name="tracker",
+                )
+            )
+        if self.settler is not None:
+            housekeeping.append(
+                asyncio.create_task(
+                    self._every(self.settings.tracker_interval_s, self.settler.run_once, "fees"),
+                    name="fee-settler",
                 )
             )
         if self.notifier is not None:

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 
 from relay_api import errors, openapi
+from relay_api.audit.endpoints import router as audit_router
 from relay_api.clients.endpoints import admin_router as clients_admin_router
 from relay_api.clients.endpoints import router as clients_router
 from relay_api.dashboard.endpoints import router as dashboard_router
@@ -64,4 +65,5 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.include_router(queues_router)
     app.include_router(dlq_router)
     app.include_router(dashboard_router)
+    app.include_router(audit_router)
     return app

@@ -1,12 +1,15 @@
 """The ``relay`` command: operate a Relay deployment.
 
 relay db upgrade                      apply migrations (DATABASE_URL)
-relay keys create --name NAME [--admin]   prints the new key alone on the last line
+relay keys create --name NAME [--role client|operator|admin] [policy options as below]
+                                      prints the new key alone on the last line; a client
+                                      submits nothing until it has a policy
 relay keys list | relay keys revoke CLIENT_ID
 relay clients show CLIENT                 a client's settings and limits (CLIENT: id or name)
 relay clients policy CLIENT [--rate-per-s R --burst N | --default-rate]
         [--allow-to ADDR ... | --any-destination] [--max-value WEI|none]
-        [--daily-value WEI|none] [--max-gas GAS|none] [--[no-]gasless-value]
+        [--daily-value WEI|none] [--max-gas GAS|none] [--max-fee WEI|none]
+        [--daily-fee WEI|none] [--speeds SPEED,...|any] [--[no-]gasless-value]
 relay clients rotate-callback-secret CLIENT   a new callback signing secret, printed once
 relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL / AWS
 relay queues status [--json]          each lane's switch, its consumers, the queues' depths
@@ -18,6 +21,7 @@ relay dlq redrive REF ... | --all     back to the work queue, rows ready to deci
         (every dlq command takes --lane fast for the fast lane's DLQ)
                                       (exit 4 when some are left in the DLQ, with why)
 relay dlq purge [--yes]               delete them all (asks for the DLQ's name)
+relay audit [--limit N] [--json]      what admins and operators did (and who), newest first
 relay sweep --once                    enqueue committed rows that never reached SQS
 relay reconcile --once                settle rows whose message is gone or whose executor
                                       record is lost (the consumers run it every minute)
@@ -73,20 +77,59 @@ def migrate(database_url: str) -> None:
     command.upgrade(config, "head")
 
 
-async def _keys_create(settings: ApiSettings, name: str, admin: bool) -> None:
-    from relay_api.auth.service import create_client
+async def _keys_create(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_api.auth.service import CLIENT, create_client
+    from relay_api.clients import service
+    from relay_core import audit
     from relay_core.db.engine import create_engine, create_sessionmaker
+    from relay_core.errors import RelayError
 
+    role = "admin" if args.admin else args.role
+    changes = _policy_changes(args)
+    if changes and role != CLIENT:
+        _err(f"an {role} key submits nothing: a spend policy is for a client's key")
+        return EXIT_USAGE
+    actor = audit.Actor.command_line()
     engine = create_engine(settings)
     try:
         async with create_sessionmaker(engine)() as session, session.begin():
-            client, key = await create_client(session, name, admin=admin)
+            client, key = await create_client(session, args.name, role=role)
+            await session.flush()
+            audit.record(
+                session,
+                actor,
+                "client.create",
+                "client",
+                target_id=client.id,
+                target_name=client.name,
+                after={"role": role},
+            )
+            if changes:
+                try:
+                    service.change(session, client, changes, settings, actor)
+                except RelayError as exc:
+                    _err(exc.detail)
+                    raise _Abandon from exc
+    except _Abandon:
+        return EXIT_USAGE
     finally:
         await engine.dispose()
     _out(f"client {client.id} ({client.role}) created")
+    if role == CLIENT and not changes:
+        _out(
+            "it may submit nothing until it is granted a spend policy: "
+            f"relay clients policy {client.name} --allow-to ADDRESS --max-value WEI ..."
+        )
+    elif role == CLIENT:
+        _out("its spend policy is granted (relay clients show " + client.name + ")")
     _out(f"callback signing secret (Standard Webhooks; shown once): {client.callback_secret}")
     _out("store this key now, it is not shown again:")
     _out(key)
+    return EXIT_OK
+
+
+class _Abandon(Exception):
+    """Roll the command's transaction back (its reason already printed)."""
 
 
 async def _keys_list(settings: ApiSettings) -> None:
@@ -99,20 +142,43 @@ async def _keys_list(settings: ApiSettings) -> None:
             clients = await repository.all_clients(session)
     finally:
         await engine.dispose()
-    _out(f"{'id':36}  {'role':6}  {'prefix':10}  {'revoked':5}  name")
+    from relay_core.policy import SpendPolicy
+
+    _out(f"{'id':36}  {'role':8}  {'prefix':10}  {'revoked':7}  {'policy':9}  name")
     for c in clients:
         revoked = "yes" if c.revoked_at else "no"
-        _out(f"{c.id:36}  {c.role:6}  {c.key_prefix:10}  {revoked:5}  {c.name}")
+        spend = SpendPolicy.of(c)
+        shown = (
+            "-"
+            if c.role != "client"
+            else "UNLIMITED"
+            if spend.unlimited
+            else "limits"
+            if spend.granted
+            else "NONE"
+        )
+        _out(f"{c.id:36}  {c.role:8}  {c.key_prefix:10}  {revoked:7}  {shown:9}  {c.name}")
 
 
 async def _keys_revoke(settings: ApiSettings, client_id: str) -> int:
     from relay_api.auth import repository
+    from relay_core import audit
     from relay_core.db.engine import create_engine, create_sessionmaker
 
     engine = create_engine(settings)
     try:
         async with create_sessionmaker(engine)() as session, session.begin():
             revoked = await repository.revoke(session, client_id)
+            if revoked:
+                audit.record(
+                    session,
+                    audit.Actor.command_line(),
+                    "client.revoke",
+                    "client",
+                    target_id=client_id,
+                    before={"revoked": False},
+                    after={"revoked": True},
+                )
     finally:
         await engine.dispose()
     _out(f"client {client_id} revoked" if revoked else f"no active client {client_id}")
@@ -137,7 +203,10 @@ async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
                     _out(client.callback_secret)
                     return 0
                 if args.action == "policy":
-                    service.change(client, _policy_changes(args), settings)
+                    from relay_core.audit import Actor
+
+                    changes = _policy_changes(args)
+                    service.change(session, client, changes, settings, Actor.command_line())
                     await session.flush()
                 _show_client(await service.view(session, client, settings))
             except RelayError as exc:
@@ -149,11 +218,12 @@ async def _clients(settings: ApiSettings, args: argparse.Namespace) -> int:
 
 
 def _policy_changes(args: argparse.Namespace) -> dict[str, Any]:
-    """The flags of ``relay clients policy`` as the changes the admin endpoint takes."""
+    """The flags of ``relay clients policy`` (and ``keys create``) as the changes the admin
+    endpoint takes."""
     changes: dict[str, Any] = {}
-    if args.default_rate:
+    if getattr(args, "default_rate", False):
         changes.update(rateLimitPerS=None, rateLimitBurst=None)
-    elif args.rate_per_s is not None or args.burst is not None:
+    elif getattr(args, "rate_per_s", None) is not None or getattr(args, "burst", None) is not None:
         changes.update(rateLimitPerS=args.rate_per_s, rateLimitBurst=args.burst)
     if args.any_destination:
         changes["allowedTo"] = []
@@ -163,12 +233,17 @@ def _policy_changes(args: argparse.Namespace) -> dict[str, Any]:
         ("max_value", "maxValueWei"),
         ("daily_value", "dailyValueWei"),
         ("max_gas", "maxGas"),
+        ("max_fee", "maxFeeWei"),
+        ("daily_fee", "dailyFeeWei"),
     ):
         value = getattr(args, flag)
         if value == "none":
             changes[field] = None
         elif value is not None:
             changes[field] = int(value) if field == "maxGas" and value.isdigit() else value
+    if args.speeds is not None:
+        speeds = [] if args.speeds == "any" else [s.strip() for s in args.speeds.split(",")]
+        changes["speeds"] = [s for s in speeds if s]
     if args.gasless_value is not None:
         changes["gaslessValue"] = args.gasless_value
     return changes
@@ -178,6 +253,17 @@ def _show_client(view: dict[str, Any]) -> None:
     rate, spend = view["rateLimit"], view["policy"]
     _out(f"client        {view['id']}  {view['name']}  ({view['role']})")
     _out(f"key           {view['keyPrefix']}…  {'revoked' if view['revoked'] else 'active'}")
+    if view["role"] != "client":
+        _out("policy        - (an admin or operator key manages; it submits nothing)")
+    elif not spend["granted"]:
+        _out("policy        NONE: it may submit nothing until an operator grants one")
+    elif spend["unlimited"]:
+        _out(
+            f"policy        UNLIMITED: granted with no limit at all, {spend['grantedAt']} by "
+            f"{spend['grantedBy']}"
+        )
+    else:
+        _out(f"policy        granted {spend['grantedAt']} by {spend['grantedBy']}")
     _out(
         f"rate limit    {rate['perSecond']:g}/s, burst {rate['burst']}  "
         f"({'its own' if rate['own'] else 'the default'})"
@@ -190,6 +276,12 @@ def _show_client(view: dict[str, Any]) -> None:
         f"(reserved in the last 24 hours: {_wei(view['spentLast24hWei'])})"
     )
     _out(f"max gas       {spend['maxGas'] if spend['maxGas'] is not None else 'no limit'}")
+    _out(f"max fee       {_wei(spend['maxFeeWei'])} per transaction")
+    _out(
+        f"fee budget    {_wei(spend['dailyFeeWei'])} per 24 hours "
+        f"(reserved in the last 24 hours: {_wei(view['feesLast24hWei'])})"
+    )
+    _out(f"speeds        {', '.join(spend['speeds']) or 'any'}")
     _out(f"gasless value {'allowed' if spend['gaslessValue'] else 'refused'}")
 
 
@@ -201,6 +293,34 @@ def _wei(value: str | None) -> str:
 
 def _err(line: str) -> None:
     sys.stderr.write(line + "\n")
+
+
+async def _audit(settings: ApiSettings, args: argparse.Namespace) -> int:
+    from relay_core import audit, jsonutil
+    from relay_core.db.engine import create_engine, create_sessionmaker
+
+    engine = create_engine(settings)
+    try:
+        async with create_sessionmaker(engine)() as session:
+            entries = [audit.view(e) for e in await audit.newest(session, limit=args.limit)]
+    finally:
+        await engine.dispose()
+    for entry in entries:
+        if args.json:
+            _out(jsonutil.dumps(entry))
+            continue
+        actor, target = entry["actor"], entry["target"]
+        who = f"{actor['name']} ({actor['role']}{', ' + actor['id'] if actor['id'] else ''})"
+        what = target["name"] or "-"
+        if target["id"] and target["id"] != target["name"]:
+            what = f"{what} ({target['id']})"
+        _out(f"{entry['at']}  {entry['action']:14}  {target['kind']} {what}  by {who}")
+        if entry["before"] is not None or entry["after"] is not None:
+            _out(f"    before {jsonutil.dumps(entry['before'])}")
+            _out(f"    after  {jsonutil.dumps(entry['after'])}")
+    if not entries and not args.json:
+        _out("no entries")
+    return EXIT_OK
 
 
 async def _queues_create(settings: ApiSettings) -> None:
@@ -234,6 +354,7 @@ async def _database_and_sqs(settings: ApiSettings) -> AsyncIterator[tuple[Any, A
 async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
     from relay_api.queues import service
     from relay_core import controls, jsonutil
+    from relay_core.audit import Actor
     from relay_core.errors import RelayError
 
     async with _database_and_sqs(settings) as (sessions, sqs):
@@ -241,7 +362,9 @@ async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
             state = controls.ACTIONS[args.action]
             try:
                 async with sessions() as session, session.begin():
-                    await service.switch(session, args.lane, state, "relay cli", args.reason)
+                    await service.switch(
+                        session, args.lane, state, Actor.command_line(), args.reason
+                    )
             except RelayError as exc:
                 _err(exc.detail)
                 return EXIT_USAGE
@@ -259,7 +382,7 @@ async def _queues(settings: ApiSettings, args: argparse.Namespace) -> int:
 
 async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
     from relay_api.queues import dlq
-    from relay_core import jsonutil
+    from relay_core import audit, jsonutil
     from relay_core.errors import RelayError
 
     async with _database_and_sqs(settings) as (sessions, sqs):
@@ -268,6 +391,15 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
                 name = dlq.lane_names(settings, args.lane)[1]
                 confirm = name if args.yes else _ask_queue_name(name)
                 purged = await dlq.purge(sqs, settings, confirm, args.lane)
+                async with sessions() as session, session.begin():
+                    audit.record(
+                        session,
+                        audit.Actor.command_line(),
+                        "dlq.purge",
+                        "dlq",
+                        target_name=args.lane,
+                        after={"purged": purged},
+                    )
                 _out(f"purged {purged} message(s)")
                 return 0
             if args.action == "redrive":
@@ -294,6 +426,7 @@ async def _dlq(settings: ApiSettings, args: argparse.Namespace) -> int:
 async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argparse.Namespace) -> int:
     from relay_api.queues import dlq
     from relay_core import cache as cache_mod
+    from relay_core.audit import Actor
 
     if bool(args.all) == bool(args.refs):
         _err("name the messages (message or transaction ids) or say --all")
@@ -307,7 +440,7 @@ async def _redrive(settings: ApiSettings, sessions: Any, sqs: Any, args: argpars
     try:
         refs = None if args.all else args.refs
         result = await dlq.redrive(
-            sessions, sqs, settings, cache, refs, by="relay cli", lane=args.lane
+            sessions, sqs, settings, cache, refs, by=Actor.command_line(), lane=args.lane
         )
     finally:
         if redis is not None:
@@ -494,6 +627,42 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _policy_options(command: argparse.ArgumentParser) -> None:
+    """A spend policy's options (``clients policy``, ``keys create``): any of them grants the
+    client its policy if it had none."""
+    allowed = command.add_mutually_exclusive_group()
+    allowed.add_argument(
+        "--allow-to",
+        action="append",
+        metavar="ADDRESS",
+        help="a destination it may call (repeat for more; replaces the list)",
+    )
+    allowed.add_argument("--any-destination", action="store_true", help="clear the allowlist")
+    command.add_argument("--max-value", metavar="WEI|none", help="most value per transaction")
+    command.add_argument("--daily-value", metavar="WEI|none", help="most value per rolling 24 h")
+    command.add_argument("--max-gas", metavar="GAS|none", help="highest gas limit")
+    command.add_argument(
+        "--max-fee", metavar="WEI|none", help="most fee per transaction (gas limit x price)"
+    )
+    command.add_argument("--daily-fee", metavar="WEI|none", help="most fee per rolling 24 h")
+    command.add_argument(
+        "--speeds",
+        metavar="SPEED,...|any",
+        help="the speeds it may ask for (safeLow, average, fast, fastest)",
+    )
+    gasless = command.add_mutually_exclusive_group()
+    gasless.add_argument(
+        "--gasless-value",
+        dest="gasless_value",
+        action="store_const",
+        const=True,
+        help="let its gasless requests carry value (the relayer pays it)",
+    )
+    gasless.add_argument(
+        "--no-gasless-value", dest="gasless_value", action="store_const", const=False
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="relay", description="Operate a Relay deployment.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -504,9 +673,21 @@ def build_parser() -> argparse.ArgumentParser:
     keys = sub.add_parser("keys", help="API clients and keys").add_subparsers(
         dest="action", required=True
     )
-    create = keys.add_parser("create", help="create a client; prints its key on the last line")
+    create = keys.add_parser(
+        "create",
+        help="create a client; prints its key on the last line (a client's key submits "
+        "nothing until it has a spend policy: give its options here)",
+    )
     create.add_argument("--name", required=True)
-    create.add_argument("--admin", action="store_true", help="may read every client's data")
+    create.add_argument(
+        "--role",
+        choices=("client", "operator", "admin"),
+        default="client",
+        help="client: submits within its policy; operator: dashboard, queues, dead letters, "
+        "reads everything; admin: an operator's rights and keys, policies, purges",
+    )
+    create.add_argument("--admin", action="store_true", help="the same as --role admin")
+    _policy_options(create)
     keys.add_parser("list", help="list clients (never keys)")
     revoke = keys.add_parser("revoke", help="revoke a client's key")
     revoke.add_argument("client_id")
@@ -523,28 +704,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy.add_argument(
         "--default-rate", action="store_true", help="back to the deployment's default"
     )
-    allowed = policy.add_mutually_exclusive_group()
-    allowed.add_argument(
-        "--allow-to",
-        action="append",
-        metavar="ADDRESS",
-        help="a destination it may call (repeat for more; replaces the list)",
-    )
-    allowed.add_argument("--any-destination", action="store_true", help="clear the allowlist")
-    policy.add_argument("--max-value", metavar="WEI|none", help="most value per transaction")
-    policy.add_argument("--daily-value", metavar="WEI|none", help="most value per rolling 24 h")
-    policy.add_argument("--max-gas", metavar="GAS|none", help="highest gas limit")
-    gasless = policy.add_mutually_exclusive_group()
-    gasless.add_argument(
-        "--gasless-value",
-        dest="gasless_value",
-        action="store_const",
-        const=True,
-        help="let its gasless requests carry value (the relayer pays it)",
-    )
-    gasless.add_argument(
-        "--no-gasless-value", dest="gasless_value", action="store_const", const=False
-    )
+    _policy_options(policy)
 
     rotate = clients.add_parser(
         "rotate-callback-secret", help="a new secret for the client's callbacks (printed once)"
@@ -602,6 +762,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     reconcile.add_argument("--once", action="store_true", required=True, help="one pass")
 
+    trail = sub.add_parser("audit", help="what admins and operators did, newest first")
+    trail.add_argument("--limit", type=_positive_int, default=50, help="most entries (50)")
+    trail.add_argument("--json", action="store_true", help="as JSON, one entry a line")
+
     sub.add_parser("serve", help="run the API server")
     sub.add_parser("dev", help="run the whole system locally (make run)")
     txcli.add_parser(sub)
@@ -657,8 +821,8 @@ def _command(args: argparse.Namespace, settings: ApiSettings) -> int:
         return 0
     if args.command == "keys":
         if args.action == "create":
-            asyncio.run(_keys_create(settings, args.name, args.admin))
-        elif args.action == "list":
+            return asyncio.run(_keys_create(settings, args))
+        if args.action == "list":
             asyncio.run(_keys_list(settings))
         else:
             return asyncio.run(_keys_revoke(settings, args.client_id))
@@ -672,6 +836,8 @@ def _command(args: argparse.Namespace, settings: ApiSettings) -> int:
         return asyncio.run(_queues(settings, args))
     if args.command == "dlq":
         return asyncio.run(_dlq(settings, args))
+    if args.command == "audit":
+        return asyncio.run(_audit(settings, args))
     if args.command == "sweep":
         asyncio.run(_sweep_once(settings))
         return 0

@@ -112,20 +112,32 @@ async def get_caller(
     x_api_key: Annotated[str | None, Security(API_KEY)] = None,
 ) -> Caller:
     """The calling client, within its rate limit (429 past it, before any work is done).
-    Requests without a valid key are limited per source address, so guessing keys is slow."""
-    try:
-        caller = await runtime.authenticator.authenticate(x_api_key)
-    except Unauthorized:
+    Requests without a valid key are limited per source address, so guessing keys is slow;
+    once an address is past that limit, a key this process has not verified is refused before
+    the database is asked about it (a guess costs a hash, not a read): for the few seconds
+    until the address's next token, that holds for a valid key not yet read by this process
+    too. A valid key is never charged to its address."""
+    caller = runtime.authenticator.known(x_api_key)
+    if caller is None:
         settings = runtime.settings
-        decision = await runtime.limiter.take(
-            f"ip:{client_address(request, settings.trust_forwarded_for)}",
-            Limit(settings.unauthenticated_rate_per_s, settings.unauthenticated_burst),
-        )
-        decision.enforce("requests without a valid API key from this address")
-        raise
+        address = f"ip:{client_address(request, settings.trust_forwarded_for)}"
+        held = runtime.limiter.refused(address)
+        if held is not None:
+            held.enforce(GUESSING)
+        try:
+            caller = await runtime.authenticator.authenticate(x_api_key)
+        except Unauthorized:
+            decision = await runtime.limiter.take(
+                address, Limit(settings.unauthenticated_rate_per_s, settings.unauthenticated_burst)
+            )
+            decision.enforce(GUESSING)
+            raise
     limit = caller.limit or runtime.default_limit
     (await runtime.limiter.take(caller.id, limit)).enforce(f"client {caller.name}")
     return caller
+
+
+GUESSING = "requests without a valid API key from this address"
 
 
 def client_address(request: Request, trust_forwarded_for: bool) -> str:
@@ -143,7 +155,15 @@ CallerDep = Annotated[Caller, Depends(get_caller)]
 
 def require_admin(caller: Caller) -> None:
     if not caller.is_admin:
-        raise Forbidden("this endpoint needs an admin key (relay keys create --admin)")
+        raise Forbidden("this endpoint needs an admin key (relay keys create --role admin)")
+
+
+def require_operator(caller: Caller) -> None:
+    """An operator's or an admin's key."""
+    if not caller.manages:
+        raise Forbidden(
+            "this endpoint needs an operator or admin key (relay keys create --role operator)"
+        )
 
 
 async def require_json(request: Request) -> None:

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -35,6 +37,8 @@ from relay_core import apikeys, localchain, localsqs
 GRACE_S = 30.0
 # The consumer's drain grace under `make run` (110 s in production, sized for ECS's 120 s).
 DEV_CONSUMER_GRACE_S = 20.0
+# Where `make run` keeps the executor's admin token (in the state directory).
+STUB_ADMIN_TOKEN_FILE = "stub-admin-token"  # noqa: S105 (a file name)
 
 
 class DevSettings(BaseSettings):
@@ -87,17 +91,30 @@ def _wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60
     raise RuntimeError(f"{url} did not answer within {timeout_s:.0f} s")
 
 
-def _dev_key(state_dir: Path) -> str:
-    explicit = os.environ.get("RELAY_DEV_API_KEY")
+def _kept_secret(state_dir: Path, variable: str, file_name: str, make: Callable[[], str]) -> str:
+    """``variable`` when set, else the value kept in ``state_dir/file_name`` (made once, 0600)."""
+    explicit = os.environ.get(variable)
     if explicit:
         return explicit
-    key_file = state_dir / "dev-api-key"
-    if key_file.exists():
-        return key_file.read_text().strip()
-    key = apikeys.generate_key()
-    key_file.write_text(key + "\n")
-    key_file.chmod(0o600)
-    return key
+    kept = state_dir / file_name
+    if kept.exists():
+        return kept.read_text().strip()
+    value = make()
+    kept.write_text(value + "\n")
+    kept.chmod(0o600)
+    return value
+
+
+def _dev_key(state_dir: Path) -> str:
+    return _kept_secret(state_dir, "RELAY_DEV_API_KEY", "dev-api-key", apikeys.generate_key)
+
+
+def _stub_admin_token(state_dir: Path) -> str:
+    """The executor's /__admin (reset, faults, ledger) is closed to anything without this
+    token, so a callback aimed at it by a client key cannot wipe the ledger."""
+    return _kept_secret(
+        state_dir, "STUB_ADMIN_TOKEN", STUB_ADMIN_TOKEN_FILE, lambda: secrets.token_urlsafe(32)
+    )
 
 
 def _start_chain(dev: DevSettings, state_dir: Path) -> tuple[localchain.LocalChain, dict[str, str]]:
@@ -175,6 +192,7 @@ def run() -> int:
         asyncio.run(_queues_create(settings))
 
         executor_url = os.environ.get("RELAY_EXECUTOR_URL")
+        stub_started = not executor_url
         if not executor_url:
             stub_port = localsqs.free_port()
             # The executor's ledger follows the chain it sent to (a fake-hash run must not
@@ -183,7 +201,11 @@ def run() -> int:
             os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / ledger))
             stub = subprocess.Popen(
                 [sys.executable, "-m", "relayer_stub.main"],
-                env={**os.environ, "STUB_PORT": str(stub_port)},
+                env={
+                    **os.environ,
+                    "STUB_PORT": str(stub_port),
+                    "STUB_ADMIN_TOKEN": _stub_admin_token(state_dir),
+                },
                 start_new_session=True,
             )
             children.append(stub)
@@ -210,13 +232,18 @@ def run() -> int:
         _say(f"  API        {base}   docs {base}/docs")
         _say(
             f"  dashboard  {base}/api/v1/admin/dashboard  (an admin key: "
-            "uv run relay keys create --name ops --admin)"
+            "uv run relay keys create --name ops --role admin)"
         )
         kind = "external" if sqs is None else sqs.kind
         if sqs is not None and sqs.kind == "localstack":
             kind = f"localstack-core {localsqs.localstack_version()}"
         _say(f"  SQS        {os.environ['AWS_ENDPOINT_URL']}  ({kind})")
         _say(f"  executor   {executor_url}  (relayer-stub unless RELAY_EXECUTOR_URL is set)")
+        if stub_started:
+            _say(
+                f"             its /__admin needs the token in "
+                f"{state_dir / STUB_ADMIN_TOKEN_FILE} (Authorization: Bearer)"
+            )
         if deployed is not None:
             _say(f"  chain      {deployed['rpcUrl']}  chain id {deployed['chainId']}  (anvil)")
             _say(f"  forwarder  {deployed['forwarder']}  (ERC2771Forwarder)")
@@ -228,6 +255,10 @@ def run() -> int:
         _say(f"  database   {settings.database_url}")
         _say(f"  redis      {settings.redis_url or 'off (set REDIS_URL to enable the cache tier)'}")
         _say(f"  dev key    {key}")
+        _say(
+            "             (a development policy: any destination, at most 1 ETH a transaction "
+            "and 100 ETH a day; a key from `relay keys create` spends nothing until granted one)"
+        )
         _say("")
         _say("Try:")
         _say(

@@ -100,13 +100,43 @@ BODIES: dict[str, Any] = {
         "callbackUrl": "https://hooks.example.com/relay",
         "rateLimit": {"perSecond": 50.0, "burst": 100, "own": True},
         "policy": {
+            "granted": True,
+            "unlimited": False,
+            "grantedAt": AT,
+            "grantedBy": "ops (admin)",
             "allowedTo": [],
             "maxValueWei": "1000000000000000000",
             "dailyValueWei": None,
-            "maxGas": None,
+            "maxGas": 300000,
             "gaslessValue": False,
+            "maxFeeWei": "30000000000000000",
+            "dailyFeeWei": "1000000000000000000",
+            "speeds": ["average", "fast"],
         },
         "spentLast24hWei": "2000000000000000",
+        "feesLast24hWei": "90000000000000000",
+    },
+    "AuditPage": {
+        "entries": [
+            {
+                "id": 42,
+                "at": AT,
+                "actor": {
+                    "id": "9b2d7c41-0e3a-4f5b-8c6d-1a2b3c4d5e6f",
+                    "name": "ops",
+                    "role": "admin",
+                },
+                "action": "client.change",
+                "target": {
+                    "kind": "client",
+                    "id": "3f0c4b1a-77e2-4d8e-b1d0-6a2c9e5f0b33",
+                    "name": "acme",
+                },
+                "before": {"dailyFeeWei": None},
+                "after": {"dailyFeeWei": "1000000000000000000"},
+            }
+        ],
+        "nextCursor": "42",
     },
     "LaneChange": {"state": "paused", "reason": "relayer upgrade"},
     "QueuesView": {
@@ -156,6 +186,14 @@ BODIES: dict[str, Any] = {
     "Activity": {
         "oldestPendingAgeS": {"normal": 2.5},
         "minutes": [{"minute": "2026-11-25T10:00Z", "accepted": 120, "finished": 118}],
+        "clientsWithoutLimits": [
+            {
+                "id": "5e1d9a77-2c3b-4f10-9a8e-0b1c2d3e4f50",
+                "name": "legacy-batch",
+                "grantedAt": AT,
+                "grantedBy": "the upgrade to deny-by-default (migration 0009)",
+            }
+        ],
         "transactions": [
             {
                 "transactionId": TX,

@@ -16,7 +16,9 @@ from relay_api import examples
 API_KEY = APIKeyHeader(
     name="X-API-Key",
     scheme_name="ApiKey",
-    description="A client's key (`relay keys create`); an admin key for /api/v1/admin.",
+    description="A client's key (`relay keys create`), which submits nothing until an admin "
+    "grants it a spend policy; an operator's or admin's key (`--role operator|admin`) for "
+    "/api/v1/admin, which submits nothing.",
     auto_error=False,  # a missing key is answered by the API's own 401 body
 )
 

@@ -20,12 +20,14 @@ from relay_api.outbox.queue import WorkQueue
 from relay_api.outbox.service import run_sweeper
 from relay_api.relay.refresh import Refresher
 from relay_api.settings import ApiSettings
+from relay_api.webhooks import service as webhooks_service
 from relay_core import cache as cache_mod
 from relay_core import evm
 from relay_core import queue as queue_mod
 from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
+from relay_core.fees import FeeOracle
 from relay_core.resp import RespClient
 
 log = logging.getLogger(__name__)
@@ -50,6 +52,7 @@ class Runtime:
     direct: DirectPool | None = None
 
     rpc: evm.EvmRpc | None = None  # the chain, when RELAY_CHAIN_RPC_URL is set
+    fees: FeeOracle | None = None  # what a gas unit can cost at most (fee budgets)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
@@ -128,6 +131,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             redis=redis,
             rpc=rpc,
             direct=direct,
+            fees=FeeOracle(rpc, settings.max_fee_per_gas_wei),
         )
         # At shutdown, after the requests and before the engine: leases' rests go back.
         stack.push_async_callback(runtime.budgets.close)
@@ -146,6 +150,12 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             budgets = asyncio.create_task(runtime.budgets.run(), name="budget-leases")
             runtime.tasks.append(budgets)
             stack.push_async_callback(_cancel, budgets)
+            pruning = asyncio.create_task(
+                webhooks_service.prune(sessions, settings.webhook_receipt_retention_s),
+                name="webhook-receipts",
+            )
+            runtime.tasks.append(pruning)
+            stack.push_async_callback(_cancel, pruning)
             if settings.sweeper_enabled:
                 task = asyncio.create_task(
                     run_sweeper(

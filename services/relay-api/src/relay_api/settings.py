@@ -5,9 +5,7 @@ from __future__ import annotations
 from pydantic import Field, SecretStr, field_validator, model_validator
 
 from relay_core.ethereum import ForwarderDomain, check_address
-from relay_core.settings import PLACEHOLDER_SECRETS, InfraSettings, env
-
-MIN_SECRET_CHARS = 32  # what OZ Relayer demands of its own signing keys
+from relay_core.settings import MIN_SECRET_CHARS, PLACEHOLDER_SECRETS, InfraSettings, env
 
 
 class ApiSettings(InfraSettings):
@@ -87,6 +85,12 @@ class ApiSettings(InfraSettings):
     outbox_sweep_batch: int = Field(100, ge=1, le=1000, description="rows per sweeper pass")
     sweeper_enabled: bool = Field(True, description="run the sweeper inside the API process")
 
+    webhook_receipt_retention_s: float = Field(
+        3600.0,
+        gt=0,
+        description="how long an executor webhook's id is kept to tell a replay from news "
+        "(an older replay is applied again, harmlessly: statuses only move forward)",
+    )
     webhook_signing_key: SecretStr | None = Field(
         None,
         validation_alias=env("RELAY_WEBHOOK_SIGNING_KEY"),

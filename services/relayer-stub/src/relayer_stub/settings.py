@@ -52,7 +52,9 @@ class StubSettings(BaseSettings):
 
     api_key: SecretStr = Field(SecretStr(DEV_API_KEY), description="Bearer key, >= 32 chars")
     admin_token: SecretStr | None = Field(
-        None, description="when set, /__admin needs Authorization: Bearer <admin_token>"
+        None,
+        description="when set (>= 16 chars), /__admin needs Authorization: Bearer "
+        "<admin_token>; required on a non-loopback host (make run sets one)",
     )
 
     relayer_ids: Annotated[list[str], NoDecode] = Field(
@@ -142,6 +144,13 @@ class StubSettings(BaseSettings):
             raise ValueError(f"STUB_API_KEY must be at least {MIN_API_KEY_CHARS} chars, no spaces")
         if key == DEV_API_KEY and not _is_loopback(self.host):
             raise ValueError("set STUB_API_KEY before binding relayer-stub to a non-loopback host")
+        if self.admin_token is None and not _is_loopback(self.host):
+            # /__admin resets the ledger and injects faults: open only on loopback.
+            raise ValueError(
+                "set STUB_ADMIN_TOKEN before binding relayer-stub to a non-loopback host"
+            )
+        if self.admin_token is not None and len(self.admin_token.get_secret_value()) < 16:
+            raise ValueError("STUB_ADMIN_TOKEN must be at least 16 chars")
         if not self.relayer_ids:
             raise ValueError("STUB_RELAYER_IDS must name at least one relayer")
         if len(set(self.relayer_ids)) != len(self.relayer_ids):

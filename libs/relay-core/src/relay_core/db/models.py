@@ -74,8 +74,18 @@ class ApiClient(Base):
     policy_daily_value_wei: Mapped[str | None] = mapped_column(String(78), default=None)
     policy_max_gas: Mapped[int | None] = mapped_column(BigInteger, default=None)
     policy_gasless_value: Mapped[bool] = mapped_column(Boolean, default=False, server_default="0")
+    # Fees (gas x its price) the wallet pays for it: per transaction, and per rolling 24 hours
+    # (reserved at accept at the most a transaction can cost, settled from its receipt).
+    policy_max_fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    policy_daily_fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    # The speeds it may ask for (fastest pays twice safeLow's price); None: any.
+    policy_speeds: Mapped[list[str] | None] = mapped_column(JSON, default=None)
     # Written by each daily-budget reservation: the lock that makes them one at a time.
     policy_spend_lock: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # When an operator granted this client a spend policy (and who): until then it may submit
+    # nothing (relay_core.policy, rule ``noPolicy``).
+    policy_granted_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    policy_granted_by: Mapped[str | None] = mapped_column(String(200), default=None)
 
 
 class ClientSpend(Base):
@@ -88,6 +98,28 @@ class ClientSpend(Base):
     )
     bucket: Mapped[datetime] = mapped_column(Timestamp, primary_key=True)
     value_wei: Mapped[str] = mapped_column(String(80))
+    fee_wei: Mapped[str] = mapped_column(String(80), default="0", server_default="0")
+
+
+class AuditEntry(Base):
+    """What an admin or operator did (relay_core.audit): who, when, to what, before and after.
+    Appended in the same transaction as the change it records; never updated."""
+
+    __tablename__ = "audit_log"
+    __table_args__ = (Index(None, "at"),)
+
+    id: Mapped[int] = mapped_column(BigId, primary_key=True, autoincrement=True)
+    at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+    # The key's client (id, name, role), or for the `relay` command: None, "cli user@host", cli.
+    actor_id: Mapped[str | None] = mapped_column(String(36), default=None)
+    actor_name: Mapped[str] = mapped_column(String(200))
+    actor_role: Mapped[str] = mapped_column(String(16))
+    action: Mapped[str] = mapped_column(String(64))  # e.g. client.policy, lane.pause, dlq.purge
+    target_kind: Mapped[str] = mapped_column(String(32))  # client | lane | dlq
+    target_id: Mapped[str | None] = mapped_column(String(200), default=None)
+    target_name: Mapped[str | None] = mapped_column(String(200), default=None)
+    before: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
+    after: Mapped[dict[str, Any] | None] = mapped_column(JSON, default=None)
 
 
 class QueueControl(Base):
@@ -134,6 +166,8 @@ class Transaction(Base):
         UniqueConstraint("executor_tx_id"),
         Index(None, "status", "last_synced_at"),
         Index(None, "upstream_missing_since"),
+        # The fee reservations still to settle (relay_core.policy): few, among many settled.
+        Index(None, "status", "reserved_fee_wei"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -176,6 +210,17 @@ class Transaction(Base):
     lane: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     # Effective callback for status notifications (the request's, else the client's).
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
+    # Its reservation against the client's daily budgets (relay_core.policy): the five
+    # minutes it is counted in, and the fee reserved (the most it can cost), settled to the
+    # receipt's fee (``fee_settled_at``) once mined.
+    spend_bucket: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    reserved_fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    fee_settled_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    # What it cost, from its receipt: block, gas used, price per gas, fee (gas x price).
+    block_number: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    gas_used: Mapped[int | None] = mapped_column(BigInteger, default=None)
+    effective_gas_price: Mapped[str | None] = mapped_column(String(78), default=None)
+    fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
 
 
 class TransactionEvent(Base):
@@ -197,9 +242,12 @@ class TransactionEvent(Base):
 
 
 class WebhookReceipt(Base):
-    """Executor webhook ids already applied: a replayed delivery is acknowledged, not reapplied."""
+    """Executor webhook ids already applied: a replayed delivery is acknowledged, not reapplied.
+    Kept for ``RELAY_WEBHOOK_RECEIPT_RETENTION_S`` (relay_api.webhooks.service.prune); an older
+    replay is applied again, harmlessly (statuses only move forward)."""
 
     __tablename__ = "webhook_receipts"
+    __table_args__ = (Index(None, "received_at"),)
 
     id: Mapped[str] = mapped_column(String(64), primary_key=True)
     received_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)

@@ -79,6 +79,14 @@ _KNOWN_LATER = {
     "dead_letters": _I,
     # 0008 (fast lane)
     "lane": _S,
+    # 0010 (fee budgets; wei amounts are decimal text, wider than a long)
+    "spend_bucket": _T,
+    "reserved_fee_wei": _S,
+    "fee_settled_at": _T,
+    "block_number": _L,
+    "gas_used": _L,
+    "effective_gas_price": _S,
+    "fee_wei": _S,
 }
 
 

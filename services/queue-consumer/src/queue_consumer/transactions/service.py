@@ -46,7 +46,7 @@ from __future__ import annotations
 import logging
 import os
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,7 +65,18 @@ from relay_core import ethereum, evm
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
 from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
-from relay_core.policy import PolicyCache, PolicyRefused, Spend
+from relay_core.fees import FeeOracle
+from relay_core.policy import (
+    DAY,
+    FEE,
+    VALUE,
+    PolicyCache,
+    PolicyRefused,
+    Spend,
+    SpendPolicy,
+    bucket_of,
+    reserve,
+)
 from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType, is_terminal
 
@@ -131,6 +142,7 @@ class TransactionProcessor:
         self.lookup = lookup
         self.rpc = rpc
         self.policies = PolicyCache(sessions) if sessions is not None else None
+        self.fees = FeeOracle(rpc, settings.max_fee_per_gas_wei)
         self._nonce_wait = timedelta(seconds=settings.consumer_nonce_wait_s)
         self.consumer_id = settings.consumer_id
         self._active_claim = timedelta(seconds=settings.queue_visibility_timeout_s * 0.9)
@@ -231,22 +243,41 @@ class TransactionProcessor:
 
     async def _refused_by_policy(self, tx: Transaction) -> Outcome | None:
         """The client's spend policy, as it is now, checked again before anything is sent
-        (relay_core.policy): a policy tightened after a leak stops what is already queued."""
+        (relay_core.policy): a policy tightened after a leak stops what is already queued, a
+        revoked key's transactions are not sent. And the daily budgets are judged when the
+        money moves: a transaction whose reservation has left the 24 hours (it waited a day, in
+        a paused lane or an outage) or that has none (its budget came after it) reserves again
+        now, in the window it executes in, or is refused."""
         if self.policies is None:
             return None
         current = await self.policies.get(tx.client_id)
         if current is None:
             return None
-        spend = Spend.of(tx.type, tx.request)
+        fee_per_gas = None
+        if current.prices_fees and tx.reserved_fee_wei is None:
+            speed = tx.request.get("speed") if tx.type == TxType.direct else "fast"
+            fee_per_gas = await self.fees.max_fee_per_gas(speed)
+        spend = Spend.of(
+            tx.type,
+            tx.request,
+            fee_per_gas=fee_per_gas,
+            forwarder_overhead=self.settings.forwarder_gas_overhead,
+        )
+        if tx.reserved_fee_wei is not None:  # judged as it was reserved
+            spend = replace(spend, fee=int(tx.reserved_fee_wei))
         try:
             current.check(spend)
-            if spend.value > 0 and current.daily_value_wei is not None:
-                over = await self.policies.over_budget(tx.client_id, current)
-                if over is not None:
+            if not await self._reserved_in_window(tx, current, spend):
+                # A budget an operator lowered below what the day holds stops what spends
+                # from it (a transaction of no value is not held by the value budget).
+                amounts = {VALUE.rule: spend.value, FEE.rule: spend.fee or 0}
+                for kind, spent in await self.policies.over_budget(tx.client_id, current):
+                    if not amounts[kind.rule]:
+                        continue
                     raise PolicyRefused(
-                        "dailyValueWei",
-                        f"this client's last 24 hours hold {over} wei, above its budget of "
-                        f"{current.daily_value_wei}",
+                        kind.rule,
+                        f"this client's last 24 hours hold {spent} wei, above its budget of "
+                        f"{kind.of(current)}",
                     )
         except PolicyRefused as refused:
             reason = f"refused before submission: {refused.detail}"
@@ -254,6 +285,32 @@ class TransactionProcessor:
                 return await self._lost_claim(tx.id)
             return Outcome(Failure.permanent, reason, action="policy_refused")
         return None
+
+    async def _reserved_in_window(
+        self, tx: Transaction, current: SpendPolicy, spend: Spend
+    ) -> bool:
+        """Reserve ``spend`` again in the current 24 hours if its reservation left them or
+        it has none while the client has a budget for it (refusing if it does not fit).
+        True when it did."""
+        value = spend.value if current.daily_value_wei is not None else 0
+        fee = (spend.fee or 0) if current.daily_fee_wei is not None else 0
+        if not value and not fee:
+            return False
+        now = utcnow()
+        if tx.spend_bucket is not None and tx.spend_bucket >= bucket_of(now - DAY):
+            return False  # still counted in the window it is sent in
+        async with self.sessions() as session, session.begin():
+            bucket = await reserve(session, tx.client_id, current, value, now, fee=fee)
+        values: dict[str, Any] = {"spend_bucket": bucket}
+        if fee:
+            values["reserved_fee_wei"] = str(fee)
+        if not await self._write(tx, tx.status, **values):
+            log.warning("consumer.budget.reservation_unrecorded", extra={"transactionId": tx.id})
+        log.info(
+            "consumer.budget.reserved_at_submission",
+            extra={"transactionId": tx.id, "valueWei": str(value), "feeWei": str(fee)},
+        )
+        return True
 
     async def _nonce_turn(self, tx: Transaction) -> Outcome | None:
         """A gasless request goes to the executor only when the forwarder expects its nonce

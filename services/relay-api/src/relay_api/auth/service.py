@@ -14,15 +14,22 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth import repository
 from relay_api.limits.service import Limit
-from relay_core import apikeys
+from relay_core import apikeys, policy
+from relay_core.audit import Actor
 from relay_core.db.models import ApiClient
-from relay_core.errors import Unauthorized
+from relay_core.errors import Forbidden, Unauthorized
 from relay_core.policy import NO_POLICY, SpendPolicy
 
 log = logging.getLogger(__name__)
 
+# The roles of a key: a client submits transactions (within its spend policy); an operator
+# watches and steers (the dashboard, the queues' switch, dead letters listed and redriven,
+# every client and transaction read); an admin does all an operator does and manages keys,
+# policies and purges. Admin and operator keys manage; they do not submit.
 ADMIN = "admin"
+OPERATOR = "operator"
 CLIENT = "client"
+ROLES = (CLIENT, OPERATOR, ADMIN)
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,6 +44,22 @@ class Caller:
     @property
     def is_admin(self) -> bool:
         return self.role == ADMIN
+
+    @property
+    def manages(self) -> bool:
+        """An admin or an operator: reads everything, submits nothing."""
+        return self.role in (ADMIN, OPERATOR)
+
+    def actor(self) -> Actor:
+        return Actor(self.id, self.name, self.role)
+
+    def ensure_submits(self) -> None:
+        """Admin and operator keys manage; only a client's key submits transactions."""
+        if self.manages:
+            raise Forbidden(
+                f"an {self.role} key manages and does not submit transactions: use a "
+                "client's key (relay keys create --name NAME, with its spend policy)"
+            )
 
 
 class Authenticator:
@@ -71,21 +94,33 @@ class Authenticator:
         # hash, not a database read each time.
         self._unknown_ttl_s = unknown_ttl_s
         self._unknown: dict[str, float] = {}
+        self.lookups = 0  # database reads (tests and the curious)
+
+    def known(self, presented: str | None) -> Caller | None:
+        """The caller, if ``presented`` is a key verified in this process and not due again
+        (from memory, no database read)."""
+        if not presented or len(presented) > 200:
+            return None
+        digest = apikeys.hash_key(presented)
+        cached = self._verified.get(digest)
+        now = self._clock()
+        if cached is None or cached[1] <= now:
+            return None
+        if cached[1] - now < self._ttl_s / 5:
+            self._start_lookup(digest, background=True)
+        return cached[0]
 
     async def authenticate(self, presented: str | None) -> Caller:
+        known = self.known(presented)
+        if known is not None:
+            return known
         if not presented:
             raise Unauthorized("missing X-API-Key header")
         if len(presented) > 200:
             raise Unauthorized("invalid API key")
         digest = apikeys.hash_key(presented)
-        cached = self._verified.get(digest)
-        now = self._clock()
-        if cached is None and self._unknown.get(digest, 0.0) > now:
+        if self._unknown.get(digest, 0.0) > self._clock():
             raise Unauthorized("invalid API key")
-        if cached is not None and cached[1] > now:
-            if cached[1] - now < self._ttl_s / 5:
-                self._start_lookup(digest, background=True)
-            return cached[0]
         # shield: a request that gives up does not cancel the read the others wait for
         return await asyncio.shield(self._start_lookup(digest))
 
@@ -110,6 +145,7 @@ class Authenticator:
             log.debug("auth.lookup_failed", extra={"error": str(lookup.exception())})
 
     async def _lookup(self, digest: str) -> Caller:
+        self.lookups += 1
         async with self._sessions() as session:
             client = await repository.active_by_hash(session, digest)
         # The index lookup finds the row; the constant-time comparison is the check.
@@ -145,13 +181,16 @@ class Authenticator:
 
 
 async def create_client(
-    session: AsyncSession, name: str, *, admin: bool = False, key: str | None = None
+    session: AsyncSession, name: str, *, role: str = CLIENT, key: str | None = None
 ) -> tuple[ApiClient, str]:
-    """Create a client and return it with its key (the only time the key is visible)."""
+    """Create a client and return it with its key (the only time the key is visible). A
+    client's key may submit nothing until it is granted a spend policy (relay_core.policy)."""
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)}")
     key = key or apikeys.generate_key()
     client = ApiClient(
         name=name,
-        role=ADMIN if admin else CLIENT,
+        role=role,
         key_hash=apikeys.hash_key(key),
         key_prefix=apikeys.display_prefix(key),
         # Every client can receive callbacks (a transaction may name a callbackUrl), so every
@@ -162,11 +201,19 @@ async def create_client(
     return client, key
 
 
+# What the development key of `make run` may spend (any destination): small sums, said in
+# the banner. An operator's own change to it is kept.
+DEV_POLICY = {"maxValueWei": 10**18, "dailyValueWei": 100 * 10**18}
+
+
 async def ensure_client_with_key(session: AsyncSession, name: str, key: str) -> ApiClient:
-    """Seed a development client with a known key; reuse it when it already exists."""
-    existing = await repository.by_hash(session, apikeys.hash_key(key))
-    if existing is not None:
-        existing.revoked_at = None
-        return existing
-    client, _ = await create_client(session, name, key=key)
+    """Seed a development client with a known key, granted :data:`DEV_POLICY`; reuse it
+    (and the policy it has) when it already exists."""
+    client = await repository.by_hash(session, apikeys.hash_key(key))
+    if client is not None:
+        client.revoked_at = None
+    else:
+        client, _ = await create_client(session, name, key=key)
+    if client.policy_granted_at is None:
+        policy.apply(client, DEV_POLICY, granted_by="the development policy of make run")
     return client

@@ -8,7 +8,14 @@ from fastapi import APIRouter, Path
 
 from relay_api.clients import repository, service
 from relay_api.clients.schemas import ClientChanges, ClientView
-from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, require_admin
+from relay_api.deps import (
+    CallerDep,
+    JsonBody,
+    RuntimeDep,
+    UowDep,
+    require_admin,
+    require_operator,
+)
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay.schemas import CallbackRequest, CallbackResponse
 from relay_api.relay.service import check_callback_url
@@ -48,7 +55,7 @@ async def set_callback(
     return Json({"url": client.callback_url, "secret": shown})
 
 
-# --- operators: any client's settings, with an admin key --------------------------------------
+# --- any client's settings: read by operators, changed by admins ----------------------------
 
 admin_router = APIRouter(prefix="/api/v1/admin/clients", tags=["admin"])
 
@@ -59,18 +66,20 @@ ADMIN_NOTES = {
     403: "The key is not an admin key",
     404: "No client with this id, or more than one with this name",
 }
+OPERATOR_NOTES = {**ADMIN_NOTES, 403: "The key is neither an operator's nor an admin's"}
 
 
 @admin_router.get(
     "/{client}",
     response_model=ClientView,
-    responses=errors(*AUTHENTICATED, 422, notes=ADMIN_NOTES),
+    responses=errors(*AUTHENTICATED, 422, notes=OPERATOR_NOTES),
     operation_id="getClient",
 )
 async def show_client(ref: ClientRef, caller: CallerDep, uow: UowDep, runtime: RuntimeDep) -> Json:
-    """A client's settings: rate limit, spend policy and what it has spent in the last 24
-    hours (what ``relay clients show`` prints)."""
-    require_admin(caller)
+    """A client's settings: rate limit, spend policy (whether one was granted, and whether it
+    has no limits at all) and what it has spent in the last 24 hours (what ``relay clients
+    show`` prints). Operator and admin keys."""
+    require_operator(caller)
     client = await service.find(uow.session, ref)
     return Json(await service.view(uow.session, client, runtime.settings))
 
@@ -89,12 +98,15 @@ async def change_client(
 ) -> Json:
     """Change a client's rate limit or spend policy (what ``relay clients policy`` does). Only
     the fields sent change; ``null`` clears a limit (``rateLimitPerS`` and ``rateLimitBurst``
-    together: back to the default); ``allowedTo: []`` allows any destination. This replica
-    applies it at once, the others within the key cache time (``RELAY_AUTH_CACHE_TTL_S``),
-    the consumers within five seconds."""
+    together: back to the default); ``allowedTo: []`` allows any destination. Any policy
+    field grants the client its policy if it had none (until then it may submit nothing).
+    This replica applies it at once, the others within the key cache time
+    (``RELAY_AUTH_CACHE_TTL_S``), the consumers within five seconds. Admin keys only; the
+    change is in the audit log with who made it."""
     require_admin(caller)
     client = await service.find(uow.session, ref)
-    service.change(client, body.model_dump(by_alias=True, exclude_unset=True), runtime.settings)
+    changes = body.model_dump(by_alias=True, exclude_unset=True)
+    service.change(uow.session, client, changes, runtime.settings, caller.actor())
     await uow.session.flush()
     runtime.authenticator.forget(client.id)
     return Json(await service.view(uow.session, client, runtime.settings))

@@ -9,13 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_api.clients import repository
 from relay_api.settings import ApiSettings
-from relay_core import ethereum, policy
+from relay_core import audit, ethereum, fees, policy
+from relay_core.audit import Actor
 from relay_core.db.models import ApiClient, utcnow
 from relay_core.errors import BadRequest, NotFound
+from relay_core.views import rfc3339
 
 # The fields an operator may change (as the view names them).
 RATE_FIELDS = ("rateLimitPerS", "rateLimitBurst")
-POLICY_FIELDS = ("allowedTo", "maxValueWei", "dailyValueWei", "maxGas", "gaslessValue")
+POLICY_FIELDS = policy.FIELDS
 
 
 async def find(session: AsyncSession, ref: str) -> ApiClient:
@@ -31,6 +33,7 @@ async def view(session: AsyncSession, client: ApiClient, settings: ApiSettings) 
     own_rate = client.rate_limit_per_s is not None
     spend = policy.SpendPolicy.of(client)
     spent = await policy.spent_today(session, client.id, utcnow())
+    fees_spent = await policy.spent_today(session, client.id, utcnow(), kind=policy.FEE)
     return {
         "id": client.id,
         "name": client.name,
@@ -43,14 +46,37 @@ async def view(session: AsyncSession, client: ApiClient, settings: ApiSettings) 
             "burst": client.rate_limit_burst if own_rate else settings.rate_limit_burst,
             "own": own_rate,
         },
-        "policy": spend.view(),
+        "policy": {
+            **spend.view(),
+            "grantedAt": rfc3339(client.policy_granted_at),
+            "grantedBy": client.policy_granted_by,
+        },
         "spentLast24hWei": str(spent),
+        "feesLast24hWei": str(fees_spent),
     }
 
 
-def change(client: ApiClient, changes: dict[str, Any], settings: ApiSettings) -> None:
+def settings_of(client: ApiClient) -> dict[str, Any]:
+    """What an audit entry keeps of a client before and after a change."""
+    return {
+        "policy": policy.SpendPolicy.of(client).view(),
+        "rateLimit": None
+        if client.rate_limit_per_s is None
+        else {"perSecond": client.rate_limit_per_s, "burst": client.rate_limit_burst},
+        "revoked": client.revoked_at is not None,
+    }
+
+
+def change(
+    session: AsyncSession,
+    client: ApiClient,
+    changes: dict[str, Any],
+    settings: ApiSettings,
+    actor: Actor,
+) -> None:
     """Apply ``changes`` (view names; None clears a limit) after checking every value, so a
-    bad one changes nothing. 400 naming the field otherwise."""
+    bad one changes nothing (400 naming the field otherwise), and record who did it. Any
+    policy field grants the client its policy if it had none."""
     unknown = set(changes) - set(RATE_FIELDS) - set(POLICY_FIELDS)
     if unknown:
         raise BadRequest(f"{sorted(unknown)[0]}: not a setting of a client")
@@ -63,9 +89,14 @@ def change(client: ApiClient, changes: dict[str, Any], settings: ApiSettings) ->
             checked["allowedTo"] = [ethereum.check_address(str(a)) for a in addresses]
         except ValueError as exc:
             raise BadRequest(f"allowedTo: {exc}") from exc
-    for field in ("maxValueWei", "dailyValueWei"):
+    for field in ("maxValueWei", "dailyValueWei", "maxFeeWei", "dailyFeeWei"):
         if field in changes:
             checked[field] = _wei(field, changes[field])
+    if "speeds" in changes:
+        speeds = changes["speeds"] or []
+        if not isinstance(speeds, list) or any(s not in fees.SPEEDS for s in speeds):
+            raise BadRequest(f"speeds: a list of {', '.join(fees.SPEEDS)} (empty: any)")
+        checked["speeds"] = speeds
     if "maxGas" in changes and changes["maxGas"] is not None:
         gas = changes["maxGas"]
         if not isinstance(gas, int) or isinstance(gas, bool):
@@ -88,9 +119,22 @@ def change(client: ApiClient, changes: dict[str, Any], settings: ApiSettings) ->
             isinstance(per_s, int | float) and per_s > 0 and isinstance(burst, int) and burst >= 1
         ):
             raise BadRequest("rateLimitPerS: must be above 0, and rateLimitBurst at least 1")
+    before = settings_of(client)
+    if rate:
         client.rate_limit_per_s = None if per_s is None else float(per_s)
         client.rate_limit_burst = burst
-    policy.apply(client, checked)
+    if any(field in changes for field in POLICY_FIELDS):
+        policy.apply(client, checked, granted_by=f"{actor.name} ({actor.role})")
+    audit.record(
+        session,
+        actor,
+        "client.change",
+        "client",
+        target_id=client.id,
+        target_name=client.name,
+        before=before,
+        after=settings_of(client),
+    )
 
 
 def _wei(field: str, value: Any) -> int | None:

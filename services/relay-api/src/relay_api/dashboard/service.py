@@ -1,5 +1,6 @@
 """What the operator's dashboard shows besides the lanes and the DLQ: transactions accepted and
-finished per minute over the last minutes, and the newest transactions with their statuses."""
+finished per minute over the last minutes, the newest transactions with their statuses, and
+the clients granted a policy with no limit at all (flagged)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_core.db.models import ApiClient, Transaction, utcnow
+from relay_core.policy import SpendPolicy
 from relay_core.statuses import TERMINAL
 from relay_core.views import rfc3339
 
@@ -69,7 +71,29 @@ async def activity(session: AsyncSession, minutes: int, newest: int) -> dict[str
             .limit(newest)
         )
     ).all()
+    unlimited = [
+        client
+        for client in (
+            await session.execute(
+                select(ApiClient).where(
+                    ApiClient.role == "client",
+                    ApiClient.revoked_at.is_(None),
+                    ApiClient.policy_granted_at.is_not(None),
+                )
+            )
+        ).scalars()
+        if SpendPolicy.of(client).unlimited
+    ]
     return {
+        "clientsWithoutLimits": [
+            {
+                "id": c.id,
+                "name": c.name,
+                "grantedAt": rfc3339(c.policy_granted_at),
+                "grantedBy": c.policy_granted_by,
+            }
+            for c in unlimited
+        ],
         "oldestPendingAgeS": {
             str(lane): round((now - at).total_seconds(), 1) for lane, at in oldest.items()
         },

@@ -1,6 +1,8 @@
 """Daily budgets at accept, leased: a process reserves a slice of a client's budget in one
 short transaction and spends it from memory, so a budgeted client's accepts do not each lock
 its row and sum its day (five statements, ~4 ms of CPU, and one client serialised on its row).
+A client may have two budgets, its value's and its fees' (``relay_core.policy.VALUE`` and
+``FEE``): each has its own leases, and a transaction takes from both or from neither.
 
 The budget stays strict across replicas, because a lease is a reservation like any other: it
 is counted in ``client_spend`` when it is taken, so what all the processes hold and what they
@@ -47,10 +49,24 @@ class _Lease:
 
 
 GiveBack = Callable[[], None]
+# Leases are kept per client and budget.
+_Key = tuple[str, str]
 
 
 def _nothing() -> None:
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """What an accept reserved: ``give_back`` if its row is not committed after all, and the
+    bucket it is counted in (None: nothing was reserved)."""
+
+    give_back: GiveBack
+    bucket: datetime | None
+
+
+NOTHING = Reserved(_nothing, None)
 
 
 class Budgets:
@@ -65,10 +81,10 @@ class Budgets:
         self._sessions = sessions
         self._lease_s = lease_s
         self._clock = clock
-        self._leases: dict[str, _Lease] = {}
-        # Clients whose budget had no room for a lease: reserve exactly until then.
-        self._exact_until: dict[str, float] = {}
-        self._asking: dict[str, asyncio.Lock] = {}
+        self._leases: dict[_Key, _Lease] = {}
+        # Budgets that had no room for a lease: reserve exactly until then.
+        self._exact_until: dict[_Key, float] = {}
+        self._asking: dict[_Key, asyncio.Lock] = {}
         self.lease_calls = 0
 
     async def reserve(
@@ -77,44 +93,79 @@ class Budgets:
         client_id: str,
         spend_policy: policy.SpendPolicy,
         value: int,
-    ) -> GiveBack:
-        """Reserve ``value`` of the client's daily budget for a transaction about to be
-        written in ``session()`` (opened only if this needs it), or refuse
-        (:class:`relay_core.policy.PolicyRefused`). Call what it returns if that transaction
-        is not committed after all (a reservation made in ``session()`` itself goes with its
-        rollback; one taken from a lease is given back to it)."""
-        budget = spend_policy.daily_value_wei
-        if budget is None or value == 0:
-            return _nothing
-        give_back = self._from_lease(client_id, budget, value)
-        if give_back is None and self._may_lease(client_id, budget, value):
-            # One lease request per client at a time; the others wait for it and then look
+        fee: int = 0,
+    ) -> Reserved:
+        """Reserve ``value`` and ``fee`` of the client's daily budgets for a transaction about
+        to be written in ``session()`` (opened only if this needs it), or refuse
+        (:class:`relay_core.policy.PolicyRefused`, naming the budget). Call its ``give_back``
+        if that transaction is not committed after all (a reservation made in ``session()``
+        itself goes with its rollback; one taken from a lease is given back to it)."""
+        taken: list[GiveBack] = []
+        buckets: list[datetime] = []
+        exact: list[policy.Kind] = []
+        for kind, amount in ((policy.VALUE, value), (policy.FEE, fee)):
+            budget = kind.of(spend_policy)
+            if budget is None or amount == 0:
+                continue
+            leased = await self._leased((client_id, kind.rule), kind, budget, amount)
+            if leased is None:
+                exact.append(kind)
+                continue
+            give_back, bucket = leased
+            taken.append(give_back)
+            buckets.append(bucket)
+        if exact:
+            try:
+                exact_bucket = await policy.reserve(
+                    session(), client_id, spend_policy, value, utcnow(), fee=fee, kinds=tuple(exact)
+                )
+            except policy.PolicyRefused:
+                for give_back in taken:
+                    give_back()
+                raise
+            if exact_bucket is not None:
+                buckets.append(exact_bucket)
+        if not buckets:
+            return NOTHING
+
+        def give_back_all() -> None:
+            for give_back in taken:
+                give_back()
+
+        # The oldest: the reservation leaves the 24 hours with it (relay_core.policy).
+        return Reserved(give_back_all, min(buckets))
+
+    async def _leased(
+        self, key: _Key, kind: policy.Kind, budget: int, amount: int
+    ) -> tuple[GiveBack, datetime] | None:
+        """From this process's lease of the budget (a new one if it may), or None: reserve
+        exactly."""
+        leased = self._from_lease(key, budget, amount)
+        if leased is None and self._may_lease(key, budget, amount):
+            # One lease request per budget at a time; the others wait for it and then look
             # at the lease again (a thousand requests must not each take a slice).
-            lock = self._asking.setdefault(client_id, asyncio.Lock())
+            lock = self._asking.setdefault(key, asyncio.Lock())
             async with lock:
-                give_back = self._from_lease(client_id, budget, value)
-                if give_back is None and self._may_lease(client_id, budget, value):
-                    give_back = await self._new_lease(client_id, value)
-        if give_back is not None:
-            return give_back
-        await policy.reserve(session(), client_id, spend_policy, value, utcnow())
-        return _nothing
+                leased = self._from_lease(key, budget, amount)
+                if leased is None and self._may_lease(key, budget, amount):
+                    leased = await self._new_lease(key, kind, amount)
+        return leased
 
-    def _may_lease(self, client_id: str, budget: int, value: int) -> bool:
-        return (
-            budget // PARTS >= 2 * value and self._exact_until.get(client_id, 0.0) <= self._clock()
-        )
+    def _may_lease(self, key: _Key, budget: int, value: int) -> bool:
+        return budget // PARTS >= 2 * value and self._exact_until.get(key, 0.0) <= self._clock()
 
-    def _from_lease(self, client_id: str, budget: int, value: int) -> GiveBack | None:
-        lease = self._leases.get(client_id)
+    def _from_lease(self, key: _Key, budget: int, value: int) -> tuple[GiveBack, datetime] | None:
+        lease = self._leases.get(key)
         if lease is None or lease.left < value:
             return None
         if lease.budget != budget or lease.expires <= self._clock():
             return None  # ended: the next lease request gives its rest back
-        return _spend(lease, value)
+        return _spend(lease, value), lease.bucket
 
-    async def _new_lease(self, client_id: str, value: int) -> GiveBack | None:
-        old = self._leases.pop(client_id, None)
+    async def _new_lease(
+        self, key: _Key, kind: policy.Kind, value: int
+    ) -> tuple[GiveBack, datetime] | None:
+        old = self._leases.pop(key, None)
         returning = (old.bucket, old.left) if old is not None and old.left > 0 else None
         self.lease_calls += 1
         # (If this fails, the old lease's rest stays counted as spent: whether its giving
@@ -123,52 +174,59 @@ class Budgets:
         async with self._sessions() as session, session.begin():
             lease = await policy.take_lease(
                 session,
-                client_id,
+                key[0],
                 value,
                 utcnow(),
                 parts=PARTS,
                 reserve_part=RESERVE_PART,
                 returning=returning,
+                kind=kind,
             )
         if lease is None or lease.amount == 0:
             if lease is not None:  # the budget is nearly spent: reserve exactly for a while
-                self._exact_until[client_id] = self._clock() + self._lease_s
+                self._exact_until[key] = self._clock() + self._lease_s
             return None
         new = _Lease(lease.budget, lease.bucket, lease.amount, self._clock() + self._lease_s)
-        self._leases[client_id] = new
+        self._leases[key] = new
         # From the new lease even if this request's copy of the budget is older than the
         # database's: the lease is within the budget as it is now.
-        return _spend(new, value)
+        return _spend(new, value), new.bucket
 
     async def give_back_ended(self, *, all_of_them: bool = False) -> int:
         """Give back the rest of every lease that has ended (every lease, ``all_of_them``);
         returns how many had ended (one being renewed right now is left to its renewal)."""
         now = self._clock()
         ended = [
-            (client_id, lease)
-            for client_id, lease in self._leases.items()
+            (key, lease)
+            for key, lease in self._leases.items()
             if all_of_them or lease.expires <= now
         ]
-        for client_id, lease in ended:
-            asking = self._asking.get(client_id)
-            if self._leases.get(client_id) is lease and (asking is None or not asking.locked()):
-                del self._leases[client_id]
+        for key, lease in ended:
+            asking = self._asking.get(key)
+            if self._leases.get(key) is lease and (asking is None or not asking.locked()):
+                del self._leases[key]
                 if lease.left > 0:
-                    await self._give_back(client_id, lease)
-        for client_id, until in list(self._exact_until.items()):
+                    await self._give_back(key, lease)
+        for key, until in list(self._exact_until.items()):
             if until <= now:
-                del self._exact_until[client_id]
+                del self._exact_until[key]
         return len(ended)
 
-    async def _give_back(self, client_id: str, lease: _Lease) -> None:
+    async def _give_back(self, key: _Key, lease: _Lease) -> None:
         left, lease.left = lease.left, 0  # a late give-back to it is lost, not double counted
+        kind = policy.VALUE if key[1] == policy.VALUE.rule else policy.FEE
         try:
             async with self._sessions() as session, session.begin():
-                await policy.give_back(session, client_id, lease.bucket, left, utcnow())
+                await policy.give_back(session, key[0], lease.bucket, left, utcnow(), kind=kind)
         except Exception as exc:  # the database is down: the rest stays counted as spent
             log.warning(
                 "limits.budget_give_back_failed",
-                extra={"client_id": client_id, "wei": str(left), "error": str(exc)[:200]},
+                extra={
+                    "client_id": key[0],
+                    "budget": key[1],
+                    "wei": str(left),
+                    "error": str(exc)[:200],
+                },
             )
 
     async def run(self, interval_s: float = 1.0) -> None:

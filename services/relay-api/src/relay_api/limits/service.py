@@ -23,6 +23,7 @@ than refusing it because a cache is down.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import math
 import time
@@ -157,10 +158,35 @@ class RateLimiter:
         self._asking: dict[str, asyncio.Future[Decision | None]] = {}
         self._clock = clock
         self._redis_down_until = 0.0
+        # The last refusal of each subject, until its token is back (``refused``).
+        self._refused: dict[str, tuple[float, Decision]] = {}
         self.redis_calls = 0
+
+    def refused(self, subject: str) -> Decision | None:
+        """The refusal ``take`` gave ``subject`` last, while no token can have come back since
+        (from memory: no Redis call); None otherwise. For refusing before costly work."""
+        held = self._refused.get(subject)
+        if held is None:
+            return None
+        until, decision = held
+        left = until - self._clock()
+        if left <= 0:
+            del self._refused[subject]
+            return None
+        return dataclasses.replace(decision, wait_s=left)
+
+    def _remember(self, subject: str, decision: Decision) -> Decision:
+        if not decision.allowed:
+            if len(self._refused) > 100_000:
+                self._refused.clear()
+            self._refused[subject] = (self._clock() + decision.wait_s, decision)
+        return decision
 
     async def take(self, subject: str, limit: Limit) -> Decision:
         """One token from ``subject``'s bucket (a client id, or ``ip:<address>``)."""
+        return self._remember(subject, await self._take(subject, limit))
+
+    async def _take(self, subject: str, limit: Limit) -> Decision:
         while True:
             now = self._clock()
             lease = self._leases.get(subject)

@@ -34,7 +34,7 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_core import dlq
+from relay_core import audit, dlq
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, TransactionEvent, utcnow
 from relay_core.db.transitions import touch
@@ -118,7 +118,7 @@ async def redrive(
     settings: InfraSettings,
     cache: StatusCache | None,
     refs: list[str] | None,
-    by: str,
+    by: audit.Actor,
     lane: str = "normal",
 ) -> dict[str, Any]:
     """Redrive the messages named by ``refs`` (message or transaction ids), or all of them
@@ -139,9 +139,11 @@ async def redrive(
         if moved is not None:
             log.info(
                 "dlq.redrive",
-                extra={"by": by, "lane": lane, "redriven": len(moved), "how": "move task"},
+                extra={"by": by.name, "lane": lane, "redriven": len(moved), "how": "move task"},
             )
-            return {"redriven": moved, "left": [], "how": "move task"}
+            result = {"redriven": moved, "left": [], "how": "move task"}
+            await _audited(sessions, by, lane, refs, result)
+            return result
     chosen = [le for le in letters if refs is None or {le.message_id, le.transaction_id} & wanted]
     others = [le for le in letters if le not in chosen]
     redriven: list[dict[str, Any]] = []
@@ -196,9 +198,34 @@ async def redrive(
     ]
     log.info(
         "dlq.redrive",
-        extra={"by": by, "lane": lane, "redriven": len(redriven), "left": len(left)},
+        extra={"by": by.name, "lane": lane, "redriven": len(redriven), "left": len(left)},
     )
-    return {"redriven": redriven, "left": left, "how": "per message"}
+    result = {"redriven": redriven, "left": left, "how": "per message"}
+    await _audited(sessions, by, lane, refs, result)
+    return result
+
+
+async def _audited(
+    sessions: async_sessionmaker[AsyncSession],
+    by: audit.Actor,
+    lane: str,
+    refs: list[str] | None,
+    result: dict[str, Any],
+) -> None:
+    async with sessions() as session, session.begin():
+        audit.record(
+            session,
+            by,
+            "dlq.redrive",
+            "dlq",
+            target_name=lane,
+            before={"asked": "all" if refs is None else refs[:100]},
+            after={
+                "redriven": len(result["redriven"]),
+                "left": len(result["left"]),
+                "how": result["how"],
+            },
+        )
 
 
 async def _arn(sqs: Any, url: str) -> str:

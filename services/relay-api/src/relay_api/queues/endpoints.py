@@ -1,4 +1,5 @@
-"""Operators: the lanes of work, their pause/drain switch and their consumers (admin keys)."""
+"""Operators: the lanes of work, their pause/drain switch and their consumers, the dead letters
+(operator and admin keys; a purge, admin keys only). Every change is in the audit log."""
 
 from __future__ import annotations
 
@@ -6,7 +7,14 @@ from typing import Annotated, Literal
 
 from fastapi import APIRouter, Path, Query
 
-from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, require_admin
+from relay_api.deps import (
+    CallerDep,
+    JsonBody,
+    RuntimeDep,
+    UowDep,
+    require_admin,
+    require_operator,
+)
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.queues import dlq, service
 from relay_api.queues.schemas import (
@@ -19,6 +27,7 @@ from relay_api.queues.schemas import (
     RedriveResult,
 )
 from relay_api.responses import Json
+from relay_core import audit
 from relay_core.controls import LaneState
 from relay_core.errors import BadRequest
 
@@ -28,7 +37,7 @@ router = APIRouter(prefix="/api/v1/admin/queues", tags=["admin"])
 LaneName = Literal["normal", "fast"]
 Lane = Annotated[LaneName, Path(description="a lane: fast or normal")]
 LaneQuery = Annotated[LaneName, Query(description="whose DLQ: normal (default) or fast")]
-NOTES = {403: "The key is not an admin key"}
+NOTES = {403: "The key is neither an operator's nor an admin's"}
 NO_LANE = "The lane is not deployed here (the fast lane switched off)"
 
 
@@ -41,7 +50,7 @@ NO_LANE = "The lane is not deployed here (the fast lane switched off)"
 async def queues(caller: CallerDep, uow: UowDep, runtime: RuntimeDep) -> Json:
     """Each lane's switch, what each consumer last reported, and the queues' depths (what
     ``relay queues status`` prints)."""
-    require_admin(caller)
+    require_operator(caller)
     return Json(await service.status(uow.session, runtime.queue.sqs, runtime.settings))
 
 
@@ -58,8 +67,8 @@ async def switch_lane(
     """Pause, drain or resume a lane (``relay queues pause|drain|resume``). Every consumer
     obeys within ``RELAY_CONSUMER_CONTROL_INTERVAL_S`` (2 s): paused, it receives nothing and
     finishes what it holds; its state reads ``pausing`` until it holds nothing."""
-    require_admin(caller)
-    await service.switch(uow.session, lane, LaneState(body.state), caller.name, body.reason)
+    require_operator(caller)
+    await service.switch(uow.session, lane, LaneState(body.state), caller.actor(), body.reason)
     return Json(await service.status(uow.session, runtime.queue.sqs, runtime.settings))
 
 
@@ -81,7 +90,7 @@ async def dead_letters(
 ) -> Json:
     """A lane's DLQ messages, each with its reason and its transaction's row (``relay dlq
     list``). Reading takes nothing from the queue."""
-    require_admin(caller)
+    require_operator(caller)
     return Json(await dlq.listing(uow.session, runtime.queue.sqs, runtime.settings, limit, lane))
 
 
@@ -103,7 +112,7 @@ async def dead_letter(
     lane: LaneQuery = "normal",
 ) -> Json:
     """One dead letter, with the body as sent and its row's history (``relay dlq show``)."""
-    require_admin(caller)
+    require_operator(caller)
     return Json(await dlq.show(uow.session, runtime.queue.sqs, runtime.settings, ref, lane))
 
 
@@ -122,7 +131,7 @@ async def redrive_dead_letters(
     """Send the chosen messages' transactions back to the work queue, each exactly once, their
     rows made ready for the consumer to decide afresh (``relay dlq redrive``; docs/runbook.md
     says which rows can be). What cannot be redriven stays in the DLQ, with why."""
-    require_admin(caller)
+    require_operator(caller)
     if body.messages is None and not body.all:
         raise BadRequest("messages: name the messages to redrive, or send all: true")
     return Json(
@@ -132,7 +141,7 @@ async def redrive_dead_letters(
             runtime.settings,
             runtime.cache,
             body.messages,
-            by=caller.name,
+            by=caller.actor(),
             lane=lane,
         )
     )
@@ -142,7 +151,12 @@ async def redrive_dead_letters(
     "",
     response_model=Purged,
     responses=errors(
-        *AUTHENTICATED, 422, notes={**NOTES, 400: f"confirm does not name the DLQ, or: {NO_LANE}"}
+        *AUTHENTICATED,
+        422,
+        notes={
+            403: "The key is not an admin key",
+            400: f"confirm does not name the DLQ, or: {NO_LANE}",
+        },
     ),
     operation_id="purgeDeadLetters",
 )
@@ -153,6 +167,17 @@ async def purge_dead_letters(
     lane: LaneQuery = "normal",
 ) -> Json:
     """Delete every message of the DLQ (``relay dlq purge``); ``confirm`` must name it. Rows
-    are not touched: those still waiting are found by the reconciler and enqueued again."""
+    are not touched: those still waiting are found by the reconciler and enqueued again.
+    Admin keys only."""
     require_admin(caller)
-    return Json({"purged": await dlq.purge(runtime.queue.sqs, runtime.settings, confirm, lane)})
+    purged = await dlq.purge(runtime.queue.sqs, runtime.settings, confirm, lane)
+    async with runtime.sessions() as session, session.begin():
+        audit.record(
+            session,
+            caller.actor(),
+            "dlq.purge",
+            "dlq",
+            target_name=lane,
+            after={"purged": purged},
+        )
+    return Json({"purged": purged})

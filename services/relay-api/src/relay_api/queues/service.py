@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core import controls, queue
+from relay_core import audit, controls, queue
 from relay_core.settings import InfraSettings
 
 
@@ -18,7 +18,30 @@ async def status(session: AsyncSession, sqs: Any, settings: InfraSettings) -> di
     return view
 
 
+# What the audit log calls each switch.
+ACTIONS = {
+    controls.LaneState.paused: "lane.pause",
+    controls.LaneState.draining: "lane.drain",
+    controls.LaneState.running: "lane.resume",
+}
+
+
 async def switch(
-    session: AsyncSession, lane: str, state: controls.LaneState, by: str, reason: str | None
+    session: AsyncSession,
+    lane: str,
+    state: controls.LaneState,
+    actor: audit.Actor,
+    reason: str | None,
 ) -> None:
-    await controls.set_lane_state(session, controls.check_lane(lane), state, by, reason)
+    lane = controls.check_lane(lane)
+    before = (await controls.lane_states(session)).get(lane, controls.LaneState.running)
+    await controls.set_lane_state(session, lane, state, actor.name, reason)
+    audit.record(
+        session,
+        actor,
+        ACTIONS[state],
+        "lane",
+        target_name=lane,
+        before={"state": before.value},
+        after={"state": state.value, "reason": reason},
+    )

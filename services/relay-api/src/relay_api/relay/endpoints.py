@@ -38,7 +38,11 @@ IdempotencyKey = Annotated[
 
 SUBMIT_ERRORS_NOTES = {
     400: "Semantic error naming the field (signature, deadline, gas...), or not JSON",
-    403: "The client's spend policy refuses it (policy_refused, naming the rule)",
+    403: "policy_refused, naming the rule of the client's spend policy that refuses it: "
+    "noPolicy (none granted yet: a new key submits nothing), revoked, allowedTo, maxValueWei, "
+    "dailyValueWei, maxGas, gaslessValue, speeds, maxFeeWei, dailyFeeWei (the most the "
+    "transaction can cost in fees: its gas limit times the highest fee per gas of its speed); "
+    "or forbidden: an admin or operator key, which manages and does not submit",
     409: "Idempotency-Key reused with another body, or nonce in flight",
 }
 SUBMIT_ERRORS = errors(*AUTHENTICATED, *WITH_BODY, notes=SUBMIT_ERRORS_NOTES)
@@ -79,9 +83,23 @@ async def accept_direct(
     key = service.check_idempotency_key(idempotency_key)
     new = service.prepare_direct(body, runtime.settings)
     started = time.perf_counter()
-    async with unit_of_work(runtime) as uow:
-        accepted = await service.accept(uow, caller, new, key, runtime.budgets)
+    accepted = await _accept(runtime, caller, new, key)
     return _accepted(accepted, "direct", started)
+
+
+async def _accept(
+    runtime: Runtime, caller: Caller, new: service.NewTransaction, key: str | None
+) -> service.Accepted:
+    async with unit_of_work(runtime) as uow:
+        return await service.accept(
+            uow,
+            caller,
+            new,
+            key,
+            runtime.budgets,
+            runtime.fees,
+            runtime.settings.forwarder_gas_overhead,
+        )
 
 
 @router.post(
@@ -105,8 +123,7 @@ async def submit_gasless(
     new = service.prepare_gasless(body, runtime.settings)
     started = time.perf_counter()
     await service.check_nonce_unused(runtime.rpc, service.gasless_domain(runtime.settings), new)
-    async with unit_of_work(runtime) as uow:
-        accepted = await service.accept(uow, caller, new, key, runtime.budgets)
+    accepted = await _accept(runtime, caller, new, key)
     return _accepted(accepted, "gasless", started)
 
 

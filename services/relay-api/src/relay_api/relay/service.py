@@ -30,6 +30,7 @@ from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, Conflict, NotFound, Unavailable
 from relay_core.executor import ExecutorTx
+from relay_core.fees import FeeOracle
 from relay_core.netguard import RefusedDestination
 from relay_core.queue import TransactionMessage
 from relay_core.statuses import TxStatus, TxType, is_terminal
@@ -243,19 +244,29 @@ async def accept(
     new: NewTransaction,
     idempotency_key: str | None,
     budgets: Budgets,
+    fees: FeeOracle | None = None,
+    forwarder_overhead: int = policy.FORWARDER_GAS_OVERHEAD,
 ) -> Accepted:
     """Insert the row; the unit of work commits and then publishes its outbox. The client's
-    spend policy is checked first, and its daily budget reserved (relay_core.policy,
-    relay_api.limits.budget): given back if the row is not committed."""
+    spend policy is checked first, and its daily budgets reserved (relay_core.policy,
+    relay_api.limits.budget): given back if the row is not committed. A client with a fee
+    rule has the most its transaction can cost worked out first (``fees``)."""
+    caller.ensure_submits()
     fingerprint = jsonutil.fingerprint(
         {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
     )
     now = utcnow()
-    spend = policy.Spend.of(new.type, new.request)
+    fee_per_gas = None
+    if fees is not None and caller.policy.prices_fees:
+        speed = new.request.get("speed") if new.type == TxType.direct else "fast"
+        fee_per_gas = await fees.max_fee_per_gas(speed)
+    spend = policy.Spend.of(
+        new.type, new.request, fee_per_gas=fee_per_gas, forwarder_overhead=forwarder_overhead
+    )
     try:
         caller.policy.check(spend)
-        give_back = await budgets.reserve(
-            lambda: uow.session, caller.id, caller.policy, spend.value
+        reserved = await budgets.reserve(
+            lambda: uow.session, caller.id, caller.policy, spend.value, spend.fee or 0
         )
     except policy.PolicyRefused:
         # A retry of a request accepted before its policy changed (or its budget ran out,
@@ -279,7 +290,10 @@ async def accept(
         lane=new.lane,
         created_at=now,
         updated_at=now,
+        spend_bucket=reserved.bucket,
+        reserved_fee_wei=str(spend.fee) if spend.fee and caller.policy.daily_fee_wei else None,
     )
+    give_back = reserved.give_back
     uow.on_rollback.append(give_back)
     try:
         committed = await repository.add(uow, row)
@@ -354,7 +368,7 @@ async def status(
     because the stored status was not final and not fresh)."""
     tx = await repository.by_id(session, transaction_id)
     if tx is None:
-        if caller.is_admin and refresher is not None:
+        if caller.manages and refresher is not None:
             found = await refresher.lookup(transaction_id)
             if found is not None:
                 return executor_entry(found), "upstream"
@@ -420,7 +434,7 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
 
 def _check_owner(caller: Caller, owner_id: str) -> None:
     # Another client's transaction is indistinguishable from one that does not exist.
-    if owner_id != caller.id and not caller.is_admin:
+    if owner_id != caller.id and not caller.manages:
         raise NotFound("no transaction with this id")
 
 

@@ -2,22 +2,43 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
 import logging
+from datetime import timedelta
 from typing import Any
 
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.webhooks import repository
 from relay_core import jsonutil
-from relay_core.db.models import Transaction
+from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, NotFound, Unauthorized
 from relay_core.tracking import apply_upstream, interpret
 
 log = logging.getLogger(__name__)
+
+
+async def prune(
+    sessions: async_sessionmaker[AsyncSession], retention_s: float, interval_s: float = 60.0
+) -> None:
+    """Background loop in the API process: receipts older than ``retention_s`` are forgotten
+    (a webhook is retried within minutes; one replayed later is applied again, and its status
+    only ever moves forward)."""
+    while True:
+        try:
+            before = utcnow() - timedelta(seconds=retention_s)
+            while True:
+                async with sessions() as session, session.begin():
+                    forgotten = await repository.forget_receipts(session, before, 5000)
+                if forgotten < 5000:
+                    break
+        except Exception as exc:  # the database is down: the next pass
+            log.warning("api.webhooks.prune_failed", extra={"error": str(exc)[:200]})
+        await asyncio.sleep(interval_s)
 
 
 def verify(raw: bytes, signature: str | None, key: str | None) -> None:
