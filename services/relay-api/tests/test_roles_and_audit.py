@@ -198,3 +198,23 @@ async def test_one_command_makes_a_usable_client_and_the_audit_names_the_command
     trail = _relay(url, "audit", "--limit", "10")
     assert re.search(r"client\.change +client payer ", trail), trail
     assert "by relay command, " in trail
+
+
+async def test_the_dashboard_runs_no_inline_script(client: httpx.AsyncClient) -> None:
+    # Its code is a same-origin file, so the policy can refuse every inline script: markup
+    # injected into the page (a client's name, a transaction's error) cannot run code.
+    page = await client.get("/api/v1/admin/dashboard")
+    assert page.status_code == 200
+    policy = dict(
+        directive.strip().split(" ", 1)
+        for directive in page.headers["Content-Security-Policy"].split(";")
+    )
+    assert policy["script-src"] == "'self'"
+    assert policy["default-src"] == "'none'"
+    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", page.text, flags=re.S)
+    assert scripts, "the page loads its script"
+    assert all('src="' in attributes and not body.strip() for attributes, body in scripts)
+    code = await client.get("/api/v1/admin/dashboard.js")
+    assert code.status_code == 200
+    assert code.headers["content-type"].startswith("text/javascript")
+    assert "fetch(" in code.text
