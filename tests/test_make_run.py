@@ -391,3 +391,57 @@ def test_make_run_is_safe_by_default(tmp_path: Path, workdir: Path) -> None:
         assert stats.status_code == 200, stats.text
     finally:
         _interrupt(run)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_the_relay_command_works_beside_make_run_in_a_new_shell(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """Every `relay` command the banner prints, and the operator's everyday ones, run from the
+    directory that holds `.relay/` in a shell with no Relay environment at all: they find the
+    database, the SQS server, the executor and the API that this `make run` chose. A lane
+    left paused is named by the next run's banner."""
+    here = tmp_path / "checkout"
+    state = here / ".relay"
+    state.mkdir(parents=True)
+    run = _start(workdir, state, tmp_path / "run.log")
+    bare = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", str(tmp_path))}
+    relay = str(ROOT / ".venv" / "bin" / "relay")
+
+    def command(*args: str) -> str:
+        done = subprocess.run(
+            [relay, *args], cwd=here, env=bare, capture_output=True, text=True, timeout=60
+        )
+        assert done.returncode == 0, f"relay {' '.join(args)}:\n{done.stdout}{done.stderr}"
+        return done.stdout
+
+    try:
+        banner = run.output()
+        printed = re.findall(r"\.venv/bin/relay ([a-z][^#)\n]*?)\s*(?:\)|#|$)", banner, re.M)
+        assert {"keys create --name ops --role admin", "tx list", "queues status"} <= set(printed)
+        for line in printed:
+            command(*line.split())
+        accepted = command("tx", "submit", "--to", DEAD, "--value", "1")
+        transaction_id = accepted.split()[1]  # "accepted <id>"
+        assert transaction_id in command("tx", "status", transaction_id)
+        status = command("queues", "status")
+        assert "lane normal" in status, status
+        assert "visible" in status, status  # the queues' depths: SQS was found
+        assert "0 message(s)" in command("dlq", "list")
+        assert "ops" in command("keys", "list")
+        assert "client.create" in command("audit")
+        command("queues", "pause", "--lane", "fast", "--reason", "looking into it")
+    finally:
+        _interrupt(run)
+    assert not (state / "endpoints.json").exists()  # a stopped run leaves nothing to adopt
+    # The switch outlives the run: the next one says so, with the command that undoes it.
+    again = _start(workdir, state, tmp_path / "run-again.log")
+    try:
+        note = re.search(
+            r"^\s+NOTE\s+lane fast is paused .*looking into it.*$", again.output(), re.M
+        )
+        assert note, again.output()
+        assert ".venv/bin/relay queues resume --lane fast" in again.output()
+    finally:
+        _interrupt(again)

@@ -31,6 +31,7 @@ from typing import Any, Literal
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from relay_api import devstate
 from relay_core import apikeys, localchain, localsqs
 
 # Longest a child may take to stop after SIGTERM. The consumer gets its drain grace on top.
@@ -145,7 +146,7 @@ def _start_chain(dev: DevSettings, state_dir: Path) -> tuple[localchain.LocalCha
 
 
 def run() -> int:
-    from relay_api.cli import migrate
+    from relay_api.provision import create_queues, migrate, switched_lanes
     from relay_api.settings import ApiSettings
 
     dev = DevSettings()
@@ -187,9 +188,7 @@ def run() -> int:
             os.environ.setdefault("STUB_CHAIN_CONFIRMATIONS", str(dev.dev_chain_confirmations))
         settings = ApiSettings()
         migrate(settings.database_url)
-        from relay_api.cli import _queues_create
-
-        asyncio.run(_queues_create(settings))
+        asyncio.run(create_queues(settings, _say))
 
         executor_url = os.environ.get("RELAY_EXECUTOR_URL")
         stub_started = not executor_url
@@ -226,13 +225,15 @@ def run() -> int:
         children.append(api)
         base = f"http://127.0.0.1:{settings.port}"
         _wait_http(f"{base}/health", api)
+        os.environ.setdefault("RELAY_API_URL", base)
+        devstate.write(state_dir)  # for `relay` commands in another shell
         key = os.environ["RELAY_DEV_API_KEY"]
         _say("")
         _say("Relay is running (Ctrl-C stops everything)")
         _say(f"  API        {base}   docs {base}/docs")
         _say(
             f"  dashboard  {base}/api/v1/admin/dashboard  (an admin key: "
-            "uv run relay keys create --name ops --role admin)"
+            ".venv/bin/relay keys create --name ops --role admin)"
         )
         kind = "external" if sqs is None else sqs.kind
         if sqs is not None and sqs.kind == "localstack":
@@ -259,6 +260,9 @@ def run() -> int:
             "             (a development policy: any destination, at most 1 ETH a transaction "
             "and 100 ETH a day; a key from `relay keys create` spends nothing until granted one)"
         )
+        for lane, how in asyncio.run(switched_lanes(settings)):
+            _say(f"  NOTE       {how}: nothing on it is processed until")
+            _say(f"             .venv/bin/relay queues resume --lane {lane}")
         _say("")
         _say("Try:")
         _say(
@@ -267,8 +271,10 @@ def run() -> int:
             '-d \'{"to":"0x000000000000000000000000000000000000dEaD","value":"1"}\''
         )
         _say(f"  curl -s {base}/api/v1/relay/status/<transactionId> -H 'X-API-Key: {key}'")
+        _say("  .venv/bin/relay tx list               # any relay command, in any shell here")
+        _say("  .venv/bin/relay queues status         # finds what this run started")
         if deployed is not None:
-            _say("  uv run python examples/gasless.py     # sign a ForwardRequest, relay it, wait")
+            _say("  .venv/bin/python examples/gasless.py  # sign a ForwardRequest, relay it, wait")
         _say("")
         while not stop.is_set():
             for child in children:
@@ -282,6 +288,7 @@ def run() -> int:
         return 1
     finally:
         _say("stopping...")
+        devstate.remove(state_dir)
         for child in reversed(children):
             localsqs.stop_process(child, GRACE_S + (consumer_grace_s if child is consumer else 0.0))
         if chain is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
-from relay_api.limits.service import MIN_RATE_PER_S
+from relay_api.limits.bounds import MAX_RATE_PER_S, MIN_RATE_PER_S
 from relay_api.relay.schemas import Address, Speed, Uint256
 
 
@@ -38,7 +38,7 @@ class ClientChanges(BaseModel):
         None, max_length=4, description="the speeds it may ask for; [] or null: any"
     )
     rate_limit_per_s: StrictFloat | None = Field(
-        None, alias="rateLimitPerS", ge=MIN_RATE_PER_S, le=1_000_000
+        None, alias="rateLimitPerS", ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S
     )
     rate_limit_burst: StrictInt | None = Field(None, alias="rateLimitBurst", ge=1, le=10_000_000)
 

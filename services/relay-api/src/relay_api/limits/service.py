@@ -67,12 +67,6 @@ return {granted, math.floor(tokens), wait, math.ceil((burst - tokens) / rate * 1
 """
 
 
-# The slowest rate a client may be given: one request per 1,000 s. Anything slower is a
-# revocation, which has its own command; and the column is a single-precision FLOAT, in which a
-# tiny positive rate would be stored as 0.
-MIN_RATE_PER_S = 0.001
-
-
 @dataclass(frozen=True, slots=True)
 class Limit:
     rate: float  # tokens per second, sustained

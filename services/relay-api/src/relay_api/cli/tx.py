@@ -20,9 +20,9 @@ import json
 import os
 import sys
 from datetime import datetime
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from relay_api import devstate
 from relay_api.exitcodes import (
     EXIT_NOT_CONFIRMED,
     EXIT_NOT_FOUND,
@@ -32,11 +32,20 @@ from relay_api.exitcodes import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
-from relay_client import RelayClient, RelayError, Status, WaitTimeout
-from relay_client.models import SPEEDS, STATUSES
+
+if TYPE_CHECKING:
+    from relay_client import RelayClient, RelayError, Status
+
+# relay_client.models.SPEEDS and STATUSES, written out so that parsing the command line does
+# not import the client library (a test keeps them equal).
+SPEEDS = ("safeLow", "average", "fast", "fastest")
+STATUSES = (
+    *("pending", "processing", "submitted", "mined"),
+    *("canceled", "confirmed", "expired", "failed"),
+)
 
 
-def add_parser(sub: Any) -> None:
+def add_parsers(sub: Any) -> None:
     tx = sub.add_parser(
         "tx",
         help="submit and follow transactions through the API (RELAY_API_URL, RELAY_API_KEY)",
@@ -69,6 +78,7 @@ def add_parser(sub: Any) -> None:
         command.add_argument("--json", action="store_true", help="JSON instead of a table")
         command.add_argument("--api-url", help="default: RELAY_API_URL, else the local API")
         command.add_argument("--api-key", help="default: RELAY_API_KEY, else make run's key")
+        command.set_defaults(handler=run)
 
 
 def _wait_options(parser: argparse.ArgumentParser) -> None:
@@ -83,7 +93,7 @@ def local_api_url() -> str:
 
 def dev_key() -> str | None:
     """The key `make run` made for development, if there is one here."""
-    path = Path(os.environ.get("RELAY_STATE_DIR", ".relay")) / "dev-api-key"
+    path = devstate.state_dir() / "dev-api-key"
     try:
         return path.read_text().strip() or None
     except OSError:
@@ -91,6 +101,9 @@ def dev_key() -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from relay_client import RelayClient, RelayError, WaitTimeout
+
+    devstate.adopt()
     url = args.api_url or os.environ.get("RELAY_API_URL") or local_api_url()
     key = args.api_key or os.environ.get("RELAY_API_KEY") or dev_key()
     if not key:

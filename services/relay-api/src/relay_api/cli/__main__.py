@@ -1,0 +1,5 @@
+import sys
+
+from relay_api.cli import main
+
+sys.exit(main())
