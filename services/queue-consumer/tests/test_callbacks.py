@@ -89,6 +89,25 @@ async def _notify(database_url: str, sessions: Any, url: str, count: int) -> tup
     return ids, secret
 
 
+@contextlib.asynccontextmanager
+async def _delivering(notifier: Notifier) -> AsyncIterator[None]:
+    """The notifier's passes, one after another as the consumer runs them, until the block ends."""
+    stop = asyncio.Event()
+
+    async def loop() -> None:
+        while not stop.is_set():
+            if not await notifier.run_once():
+                await asyncio.sleep(0.1)
+
+    runner = asyncio.create_task(loop())
+    try:
+        yield
+    finally:
+        stop.set()
+        await runner
+        await notifier.aclose()
+
+
 def _notifier(sessions: Any, policy: AddressPolicy = LOCAL, **kwargs: Any) -> Notifier:
     values = {"timeout_s": 2.0, "concurrency": 16, "max_age_s": 600, "backoff_cap_s": 0.2}
     return Notifier(sessions, policy=policy, **(values | kwargs))
@@ -178,24 +197,12 @@ async def test_a_hanging_endpoint_does_not_hold_up_another_clients_callbacks(
     with endpoint(delay_s=8) as (slow_url, slow), endpoint() as (fast_url, fast):
         await _notify(database_url, sessions, slow_url, 10)  # ten deliveries that hang
         notifier = _notifier(sessions, timeout_s=6, per_client=2)
-        stop = asyncio.Event()
-
-        async def loop() -> None:
-            while not stop.is_set():
-                if not await notifier.run_once():
-                    await asyncio.sleep(0.1)
-
-        runner = asyncio.create_task(loop())
-        try:
+        async with _delivering(notifier):
             await asyncio.sleep(1)  # the slow client's deliveries are hanging by now
             started = time.monotonic()
             await _notify(database_url, sessions, fast_url, 3)
             await wait_until(lambda: len(fast.received) == 3, 15, "the other client's callbacks")
             waited = time.monotonic() - started
-        finally:
-            stop.set()
-            await runner
-            await notifier.aclose()
     assert waited < 3, f"the other client waited {waited:.1f} s behind a hanging endpoint"
     assert len(slow.received) <= 2  # never more than its share in flight
 
@@ -211,22 +218,10 @@ async def test_clients_whose_endpoints_hang_cannot_fill_the_delivery_slots_betwe
         for url, _ in hanging:
             await _notify(database_url, sessions, url, 10)
         notifier = _notifier(sessions, timeout_s=6, concurrency=16, per_client=4)
-        stop = asyncio.Event()
-
-        async def loop() -> None:
-            while not stop.is_set():
-                if not await notifier.run_once():
-                    await asyncio.sleep(0.1)
-
-        runner = asyncio.create_task(loop())
-        try:
+        async with _delivering(notifier):
             await asyncio.sleep(1)  # every hanging client's deliveries are under way
             started = time.monotonic()
             await _notify(database_url, sessions, fast_url, 3)
             await wait_until(lambda: len(fast.received) == 3, 20, "the healthy client's")
             waited = time.monotonic() - started
-        finally:
-            stop.set()
-            await runner
-            await notifier.aclose()
     assert waited < 3, f"a healthy client waited {waited:.1f} s behind four hanging ones"
