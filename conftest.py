@@ -17,9 +17,9 @@ import pytest
 from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 
-from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.db.models import Base
+from relay_devstack import localsqs
 from relay_testkit import Stub, start_stub
 
 SERVER_URL = make_url(os.environ.get("TEST_DATABASE_URL", "mysql://root@127.0.0.1:3306"))

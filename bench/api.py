@@ -1,15 +1,14 @@
 """Scenarios against one relay API process (``bench.servers api``: the real app, served like
 ``relay serve``, with database round trips counted from outside):
 
-- pickup latency at light load: POST at a low rate with one consumer running; commit → claim
-  is the row's ``created_at`` (set just before the INSERT, so it errs high by the commit) to
-  its first ``processing`` event;
 - status lookups per tier (Redis hit, MySQL with Redis empty, upstream refresh), each request
   checked to have been answered by the tier it measures (``X-Cache``);
 - the accept path at fixed offered rates from the load generator process;
 - the fee budget's cost: the accept path at one rate for a client with a value budget and one
   with a fee budget on top, alternately, in the same API process (and the guard's own code in
   a loop, ``bench.guardcost``).
+
+The pickup scenarios, against the same process, are in ``bench.pickup``.
 """
 
 from __future__ import annotations
@@ -19,30 +18,22 @@ import dataclasses
 import json
 import os
 import statistics
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 from sqlalchemy import create_engine, text
 
-from bench import guardcost, infra, procstat, profiling
+from bench import guardcost, infra, procstat, profiling, seed, stub
 from bench.ceilings import CommitProbe
 from bench.infra import Run, check
-from bench.loadgen import latency_summary
 from relay_core import apikeys
-from relay_core.db.models import utcnow
 
 # One wei and a gas limit: with ``--spend-policy`` every rule of the client's policy (and its
 # daily budget's reservation) runs on every request; without it the same body costs nothing.
 # No ``speed``: the normal lane (the executor's default speed, fast).
 BODY = json.dumps({"to": infra.DEAD, "data": "0x", "value": "1", "gasLimit": "100000"})
-# Asking for speed fast puts a request in the fast lane.
-FAST_BODY = json.dumps(
-    {"to": infra.DEAD, "data": "0x", "value": "1", "gasLimit": "100000", "speed": "fast"}
-)
 
 
 @dataclass
@@ -97,7 +88,7 @@ async def start_api_server(run: Run, label: str) -> ApiServer:
     database_url = run.database(label)
     queue_name = f"bench-{run.run_id}-{label}"
     key = apikeys.generate_key()
-    client_id = infra.create_client(
+    client_id = seed.create_client(
         database_url, key, spend_policy=os.environ.get("BENCH_SPEND_POLICY")
     )
     async with run.sqs_client(queue_name) as sqs:
@@ -111,132 +102,13 @@ async def stop_api_server(run: Run, server: ApiServer) -> None:
     run.drop_database(server.database_url)
 
 
-def _query(database_url: str, sql: str, **params: Any) -> list[Any]:
+def query(database_url: str, sql: str, **params: Any) -> list[Any]:
     engine = create_engine(infra.sync_url(database_url))
     try:
         with engine.connect() as conn:
             return list(conn.execute(text(sql), params))
     finally:
         engine.dispose()
-
-
-# --- pickup ------------------------------------------------------------------------------
-
-
-def start_pickup_consumer(run: Run, server: ApiServer) -> Any:
-    return run.spawn_consumer(
-        server.database_url,
-        server.queue_name,
-        0,
-        tracker_enabled="false",
-        notify_enabled="false",
-    )
-
-
-async def _claimed(
-    server: ApiServer,
-    since: datetime,
-    samples: int,
-    consumer: Any,
-    what: str,
-    *,
-    timeout_s: float,
-    lane: str | None = None,
-) -> list[Any]:
-    """(id, created_at, first claimed at) of the rows accepted since ``since`` (in ``lane``),
-    once ``samples`` of them have all been claimed."""
-    sql = (
-        "SELECT t.id, t.created_at, MIN(e.created_at) FROM transactions t "
-        "LEFT JOIN transaction_events e ON e.transaction_id = t.id "
-        "AND e.to_status = 'processing' WHERE t.created_at >= :since "
-        "AND (:lane IS NULL OR t.lane = :lane) GROUP BY t.id"
-    )
-    deadline = time.monotonic() + timeout_s
-    while True:
-        rows = _query(server.database_url, sql, since=since, lane=lane)
-        if len(rows) >= samples and all(r[2] is not None for r in rows):
-            return rows
-        check(time.monotonic() < deadline, f"{what}: {len(rows)} rows claimed in {timeout_s} s")
-        check(consumer.poll() is None, f"{what}: the consumer exited")
-        await asyncio.sleep(0.25)
-
-
-async def _submit(
-    run: Run, server: ApiServer, body: Any, rate: float, samples: int, name: str
-) -> dict[str, Any]:
-    """``samples`` direct submissions at ``rate``, every one accepted."""
-    load = await infra.run_loadgen(
-        run,
-        server.spec(
-            method="POST",
-            path="/api/v1/relay/direct",
-            body=body,
-            rate=rate,
-            count=samples,
-            expect_status=[202],
-        ),
-        name,
-    )
-    check(load["error_count"] == 0, f"{name}: accept errors {load['errors']}")
-    return dict(load)
-
-
-async def pickup(
-    run: Run, server: ApiServer, *, samples: int, rate: float, consumer: Any = None
-) -> dict[str, Any]:
-    assert run.stub is not None
-    await infra.stub_configure(run.stub, 0)
-    consumer = consumer or start_pickup_consumer(run, server)
-    try:
-        await run.wait_consumer_polling(server.queue_name, 0, consumer)
-        await asyncio.sleep(1.0)  # every poller is inside its long poll
-        since: datetime = utcnow()
-        load = await _submit(run, server, BODY, rate, samples, "pickup")
-        rows = await _claimed(server, since, samples, consumer, "pickup", timeout_s=60)
-    finally:
-        await run.stop_async(consumer, 60)
-    pickups = [(claimed - created).total_seconds() * 1000 for _, created, claimed in rows]
-    return {
-        "samples": len(pickups),
-        "offered_rate": rate,
-        "pickup_ms": latency_summary(pickups),
-        "accept_latency_ms": load["latency_ms"],
-    }
-
-
-async def fast_pickup(
-    run: Run, server: ApiServer, *, backlog: int, samples: int, rate: float
-) -> dict[str, Any]:
-    """Accept → first claim of fast-lane requests while the normal lane holds ``backlog``
-    messages that one consumer (executor at 0 ms) is working through."""
-    assert run.stub is not None
-    await infra.stub_configure(run.stub, 0)
-    ids = infra.seed_rows(server.database_url, backlog, client_id=server.client_id)
-    async with run.sqs_client(server.queue_name) as sqs:
-        url = (await sqs.get_queue_url(QueueName=server.queue_name))["QueueUrl"]
-        await infra.send_messages(sqs, url, ids)
-    consumer = start_pickup_consumer(run, server)
-    try:
-        await run.wait_consumer_polling(server.queue_name, 0, consumer)
-        since: datetime = utcnow()
-        await _submit(run, server, FAST_BODY, rate, samples, "fast-pickup")
-        rows = await _claimed(
-            server, since, samples, consumer, "fast pickup", timeout_s=120, lane="fast"
-        )
-        waiting = _query(
-            server.database_url,
-            "SELECT COUNT(*) FROM transactions WHERE status = 'pending' AND lane = 'normal'",
-        )[0][0]
-    finally:
-        await run.stop_async(consumer, 60)
-    pickups = [(claimed - created).total_seconds() * 1000 for _, created, claimed in rows]
-    return {
-        "backlog": backlog,
-        "samples": len(pickups),
-        "offered_rate": rate,
-        "pickup_ms": latency_summary(pickups),
-        "normal_still_pending": int(waiting),
-    }
 
 
 # --- status tiers --------------------------------------------------------------------------
@@ -252,14 +124,14 @@ async def status_tiers(
     profile_dir: Path | None = None,
 ) -> dict[str, Any]:
     assert run.stub is not None
-    await infra.stub_configure(run.stub, 0)
+    await stub.stub_configure(run.stub, 0)
     db = server.database_url
-    hot = infra.seed_rows(db, 100, client_id=server.client_id, status="confirmed")
-    cold = infra.seed_rows(
+    hot = seed.seed_rows(db, 100, client_id=server.client_id, status="confirmed")
+    cold = seed.seed_rows(
         db, miss[0], client_id=server.client_id, status="confirmed", start_index=10**6
     )
-    executor_ids = await infra.submit_to_stub(run.stub, upstream[0])
-    stale = infra.seed_rows(
+    executor_ids = await stub.submit_to_stub(run.stub, upstream[0])
+    stale = seed.seed_rows(
         db,
         upstream[0],
         client_id=server.client_id,
@@ -387,7 +259,7 @@ async def accept_path(
             }
         )
         levels.append(result)
-    pending = _query(
+    pending = query(
         server.database_url,
         "SELECT COUNT(*) FROM transactions WHERE enqueued_at IS NULL AND status = 'pending'",
     )[0][0]
@@ -408,7 +280,7 @@ async def fee_budget_cost(
     variants = {}
     for variant, spend_policy in (("off", "budget"), ("on", "fees")):
         key = apikeys.generate_key()
-        infra.create_client(server.database_url, key, f"fees-{variant}", spend_policy=spend_policy)
+        seed.create_client(server.database_url, key, f"fees-{variant}", spend_policy=spend_policy)
         variants[variant] = dataclasses.replace(server, key=key)
     measured: dict[str, list[float]] = {"off": [], "on": []}
     for round_no in range(rounds):

@@ -19,7 +19,7 @@ from typing import Any
 import asyncmy
 from sqlalchemy.engine import make_url
 
-from bench import infra
+from bench import infra, seed
 from bench.infra import Run, check
 from bench.measure import Sampler
 
@@ -28,9 +28,9 @@ async def sqs_ceiling(run: Run, messages: int, pollers: int) -> dict[str, Any]:
     queue_name = f"bench-{run.run_id}-ceiling-p{pollers}"
     async with run.sqs_client(queue_name) as sqs:
         queue_url, _ = await run.create_queues(sqs, queue_name)
-        await infra.send_messages(sqs, queue_url, [str(uuid.uuid4()) for _ in range(messages)])
+        await seed.send_messages(sqs, queue_url, [str(uuid.uuid4()) for _ in range(messages)])
         check(
-            await infra.queue_remaining(sqs, queue_url) == messages,
+            await seed.queue_remaining(sqs, queue_url) == messages,
             "SQS ceiling: preload did not land",
         )
     assert run.sqs is not None
@@ -109,7 +109,7 @@ _INSERT = (
 
 async def db_ceiling(database_url: str, concurrency: int, duration_s: float) -> dict[str, Any]:
     """Single-row INSERT + COMMIT of a transactions row, ``concurrency`` connections."""
-    client_id = infra.create_client(database_url, name="ceiling")
+    client_id = seed.create_client(database_url, name="ceiling")
     connections = [await _connect(database_url) for _ in range(concurrency)]
     request = json.dumps({"to": infra.DEAD, "data": "0x", "value": "0", "speed": "fast"})
     count = 0
@@ -151,7 +151,7 @@ async def db_latency_ceiling(
     the accept path's database part alone achieves at that rate, the floor under its p99."""
     from bench.loadgen import latency_summary
 
-    client_id = infra.create_client(database_url, name="ceiling-latency")
+    client_id = seed.create_client(database_url, name="ceiling-latency")
     idle: asyncio.Queue[Any] = asyncio.Queue()
     for _ in range(connections):
         idle.put_nowait(await _connect(database_url))

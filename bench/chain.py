@@ -32,8 +32,9 @@ from sqlalchemy import create_engine, text
 
 from bench import infra, procstat
 from bench.infra import ROOT, Run, check
-from relay_core import ethereum, evm, localchain
-from relay_core.localsqs import free_port
+from relay_core import ethereum, evm
+from relay_devstack import localchain
+from relay_devstack.localsqs import free_port
 from relay_testkit import new_api_key, start_stub
 
 RESULTS = ROOT / "bench" / "results"

@@ -28,7 +28,7 @@ from typing import Any
 
 from sqlalchemy import create_engine, text
 
-from bench import infra, procstat, profiling
+from bench import infra, procstat, profiling, seed, stub
 from bench.infra import Run, check
 from bench.measure import Sampler
 from queue_consumer.settings import ConsumerSettings
@@ -90,16 +90,16 @@ async def prepare(
     # 1 wei each, a daily budget with ``budget``): the consumer checks it again before each
     # submission, as it does in production.
     policy = os.environ.get("BENCH_SPEND_POLICY")
-    client_id = infra.create_client(database_url, name="seed", spend_policy=policy, allowed_to=to)
-    ids = infra.seed_rows(
+    client_id = seed.create_client(database_url, name="seed", spend_policy=policy, allowed_to=to)
+    ids = seed.seed_rows(
         database_url, messages, client_id=client_id, to=to, value="1" if policy else "0"
     )
     async with run.sqs_client(queue_name) as sqs:
         queue_url, dlq_url = await run.create_queues(sqs, queue_name)
         if preload:
-            await infra.send_messages(sqs, queue_url, ids)
+            await seed.send_messages(sqs, queue_url, ids)
             check(
-                await infra.queue_remaining(sqs, queue_url) == messages,
+                await seed.queue_remaining(sqs, queue_url) == messages,
                 f"{label}: preload did not land",
             )
     return Case(
@@ -145,7 +145,7 @@ async def measure(
     profilers: list[Any] = []
     sender: asyncio.Task[None] | None = None
     try:
-        await infra.stub_configure(run.stub, case.latency_ms)
+        await stub.stub_configure(run.stub, case.latency_ms)
         async with run.sqs_client(case.queue_name) as sqs:
             sent = [messages if case.preloaded else 0]
             if not case.preloaded:
@@ -159,14 +159,14 @@ async def measure(
             sampler.take(0)
             if not case.preloaded:
                 sender = asyncio.create_task(
-                    infra.send_messages(sqs, case.queue_url, case.ids, progress=sent)
+                    seed.send_messages(sqs, case.queue_url, case.ids, progress=sent)
                 )
             first_progress: float | None = None
             done = 0
             while done < messages:
                 await asyncio.sleep(0.25)
                 already_sent = sent[0]
-                done = max(0, already_sent - await infra.queue_remaining(sqs, case.queue_url))
+                done = max(0, already_sent - await seed.queue_remaining(sqs, case.queue_url))
                 sampler.take(done)
                 now = time.perf_counter()
                 if done and first_progress is None:
@@ -191,12 +191,12 @@ async def measure(
                 profiling.stop(profiler)
             codes = await asyncio.gather(*(run.stop_async(p, 120) for p in case.consumers))
             check(all(code == 0 for code in codes), f"{label}: consumer exit codes {codes}")
-            dead_lettered = await infra.queue_remaining(sqs, case.dlq_url)
+            dead_lettered = await seed.queue_remaining(sqs, case.dlq_url)
             await sqs.delete_queue(QueueUrl=case.queue_url)
             await sqs.delete_queue(QueueUrl=case.dlq_url)
         io = io_counts(run, case)
         counts = status_counts(case.database_url)
-        ledger = await infra.stub_ledger(run.stub, to=case.to)
+        ledger = await stub.stub_ledger(run.stub, to=case.to)
         executed = len(ledger)
         sends_per_row = Counter(entry["data"] for entry in ledger)
         duplicated = {data: n for data, n in sends_per_row.items() if n > 1}

@@ -100,9 +100,9 @@ def install() -> None:
     except ImportError:  # pragma: no cover - asyncmy is a dependency of relay-core
         pass
 
-    from relay_core.db import direct
+    from relay_wire import direct, statements
 
-    direct_send, direct_connect = direct._send, direct.DirectPool._connect
+    direct_send, direct_connect = statements._send, direct.DirectPool._connect
     direct_rollback = direct.DirectPool._rollback
 
     async def counted_direct(conn: Any, sql: str, args: Any, **options: Any) -> Any:
@@ -127,7 +127,7 @@ def install() -> None:
         await direct_rollback(self, conn)
 
     direct.DirectPool._rollback = counted_direct_rollback  # type: ignore[method-assign]
-    direct._send = counted_direct  # type: ignore[assignment]
+    statements._send = counted_direct  # type: ignore[assignment]
     direct.DirectPool._connect = counted_connect  # type: ignore[method-assign]
 
     @event.listens_for(Pool, "connect")

@@ -93,10 +93,11 @@ def _time_stages() -> None:
     from collections import defaultdict
 
     from queue_consumer.lanes import Capacity
+    from queue_consumer.stages.claiming import Claims
     from queue_consumer.transactions.group_commit import GroupCommit
-    from queue_consumer.transactions.service import TransactionProcessor
+    from queue_consumer.worker import Consumer
     from relay_core.executor import ExecutorClient
-    from relay_core.sqswire import SqsWire
+    from relay_wire.sqswire import SqsWire
 
     seen: dict[str, list[float]] = defaultdict(list)
 
@@ -114,10 +115,10 @@ def _time_stages() -> None:
 
     timed(Capacity, "reserve", "a message waiting for room")
     timed(SqsWire, "receive_message", "ReceiveMessage")
-    timed(TransactionProcessor, "load_many", "the batch's row load")
+    timed(Claims, "load_many", "the batch's row load")
     timed(GroupCommit, "write", "a status write (queued, committed, cached)")
     timed(ExecutorClient, "submit", "the executor call")
-    timed(TransactionProcessor, "process", "the whole attempt (load to record)")
+    timed(Consumer, "_attempt", "the whole attempt (load to record)")
 
     def report() -> None:
         summary = {}

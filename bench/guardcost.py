@@ -11,7 +11,7 @@ import sys
 import time
 
 from relay_api.limits.budget import Budgets, _Lease
-from relay_core import policy
+from relay_core import spending
 from relay_core.db.models import utcnow
 from relay_core.fees import FeeOracle
 from relay_core.policy import Spend, SpendPolicy
@@ -36,7 +36,7 @@ def _policy(fees: bool) -> SpendPolicy:
 async def per_request_us(n: int, *, fees: bool = False) -> float:
     """CPU per request of the guard as the accept path runs it (relay_api.relay.service)."""
     budgets = Budgets(sessions=None, lease_s=1e9)  # type: ignore[arg-type]  # never asked
-    for kind in (policy.VALUE, policy.FEE):
+    for kind in (spending.VALUE, spending.FEE):
         lease = _Lease(HUGE, utcnow(), HUGE // 32, time.monotonic() + 1e9)
         budgets._leases[("client", kind.rule)] = lease
     oracle = FeeOracle(None, 100_000_000_000)

@@ -15,20 +15,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pymysql
-from sqlalchemy import create_engine, insert
+from sqlalchemy import create_engine
 from sqlalchemy.engine import URL, make_url
 
 from bench import procstat
-from relay_core import apikeys, localsqs
 from relay_core import queue as queue_mod
-from relay_core.db.models import ApiClient, Base, Transaction, utcnow
-from relay_core.settings import DEV_EXECUTOR_KEY, InfraSettings
+from relay_core.db.models import Base
+from relay_core.settings import InfraSettings
+from relay_devstack import localsqs
 from relay_testkit import Stub, start_stub, wait_http
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -350,193 +348,6 @@ async def delete_redis_prefix(prefix: str) -> int:
     finally:
         await redis.aclose()
     return deleted
-
-
-# --- rows and messages, bypassing the API --------------------------------------------------
-
-
-def create_client(
-    database_url: str,
-    key: str | None = None,
-    name: str = "bench",
-    *,
-    spend_policy: str | None = None,
-    allowed_to: str = DEAD,
-) -> str:
-    """Insert an API client (with ``key`` if given) whose rate limit the benchmarks cannot
-    reach; returns its id. ``spend_policy``: ``rules`` sets every per-transaction rule of a
-    spend policy (``allowed_to`` the one destination allowed), ``budget`` those and a daily
-    budget (a reservation on each request), ``fees`` those and a fee budget (``maxFeeWei``,
-    ``dailyFeeWei``, the speeds); the benchmark's requests break none of them."""
-    engine = create_engine(sync_url(database_url))
-    client_id = str(uuid.uuid4())
-    secret = key or apikeys.generate_key()
-    with engine.begin() as conn:
-        conn.execute(
-            insert(ApiClient).values(
-                id=client_id,
-                name=name,
-                role="client",
-                key_hash=apikeys.hash_key(secret),
-                key_prefix=apikeys.display_prefix(secret),
-                created_at=utcnow(),
-                # Its own rate limit, far above what the load generator sends: the limiter
-                # runs on every request (a Redis script call), and never refuses one.
-                rate_limit_per_s=1_000_000.0,
-                policy_granted_at=utcnow(),
-                rate_limit_burst=1_000_000,
-                **(
-                    {
-                        "policy_allowed_to": [allowed_to.lower()],
-                        "policy_max_value_wei": str(10**18),
-                        "policy_daily_value_wei": str(10**30) if spend_policy != "rules" else None,
-                        "policy_max_gas": 1_000_000,
-                    }
-                    | (
-                        {  # a fee budget too: every request is priced and reserves its fee
-                            "policy_max_fee_wei": str(10**30),
-                            "policy_daily_fee_wei": str(10**30),
-                            "policy_speeds": ["average", "fast"],
-                        }
-                        if spend_policy == "fees"
-                        else {}
-                    )
-                    if spend_policy
-                    else {}
-                ),
-            )
-        )
-    engine.dispose()
-    return client_id
-
-
-def seed_rows(
-    database_url: str,
-    count: int,
-    *,
-    client_id: str | None = None,
-    status: str = "pending",
-    executor_ids: Sequence[str] | None = None,
-    start_index: int = 0,
-    to: str = DEAD,
-    value: str = "0",
-) -> list[str]:
-    """Bulk-insert ``count`` transactions (distinct calldata each), like the consumer tests'
-    seed_rows. ``executor_ids`` marks them as known to the executor (status refresh)."""
-    client_id = client_id or create_client(database_url, name="seed")
-    engine = create_engine(sync_url(database_url))
-    now = utcnow()
-    ids = [str(uuid.uuid4()) for _ in range(count)]
-    rows = []
-    for i, tx_id in enumerate(ids):
-        row: dict[str, Any] = {
-            "id": tx_id,
-            "client_id": client_id,
-            "type": "direct",
-            "status": status,
-            "version": 1,
-            "request": {
-                "to": to,
-                "data": f"0x{start_index + i:08x}",
-                "value": value,
-                "gasLimit": "100000",  # what a client under a gas rule names (--spend-policy)
-                "speed": "fast",
-            },
-            "request_fingerprint": uuid.uuid4().hex,
-            "attempts": 0 if status == "pending" else 1,
-            "enqueued_at": now,
-            "created_at": now - timedelta(seconds=60),
-            "updated_at": now - timedelta(seconds=60),
-        }
-        if executor_ids is not None:
-            row["executor_tx_id"] = executor_ids[i]
-            row["submitted_at"] = now - timedelta(seconds=60)
-        rows.append(row)
-    with engine.begin() as conn:
-        for start in range(0, len(rows), 1000):
-            conn.execute(insert(Transaction), rows[start : start + 1000])
-    engine.dispose()
-    return ids
-
-
-async def send_messages(
-    sqs: Any,
-    queue_url: str,
-    ids: Sequence[str],
-    senders: int = 8,
-    progress: list[int] | None = None,
-) -> None:
-    """One message per id (batches of 10, a few senders in parallel); ``progress[0]`` counts
-    the messages sent so far."""
-    messages = [queue_mod.TransactionMessage.new(tx_id, "direct") for tx_id in ids]
-    batches = [messages[i : i + 10] for i in range(0, len(messages), 10)]
-    position = iter(range(len(batches)))
-
-    async def sender() -> None:
-        for index in position:
-            sent = await queue_mod.send_batch(sqs, queue_url, batches[index])
-            check(len(sent) == len(batches[index]), "SQS refused part of a preload batch")
-            if progress is not None:
-                progress[0] += len(sent)
-
-    await asyncio.gather(*(sender() for _ in range(senders)))
-
-
-async def queue_remaining(sqs: Any, queue_url: str) -> int:
-    attributes = (
-        await sqs.get_queue_attributes(
-            QueueUrl=queue_url,
-            AttributeNames=[
-                "ApproximateNumberOfMessages",
-                "ApproximateNumberOfMessagesNotVisible",
-                "ApproximateNumberOfMessagesDelayed",
-            ],
-        )
-    )["Attributes"]
-    return sum(int(value) for value in attributes.values())
-
-
-async def submit_to_stub(stub: Stub, count: int) -> list[str]:
-    """Create ``count`` transactions at the executor directly (for the status refresh tier)."""
-    url = f"{stub.base_url}/api/v1/relayers/relayer-1/transactions"
-    headers = {"Authorization": f"Bearer {DEV_EXECUTOR_KEY}"}
-    ids: list[str] = []
-    async with httpx.AsyncClient(timeout=10) as http:
-
-        async def one(i: int) -> None:
-            body = {"to": DEAD, "data": f"0x{0xF0000000 + i:08x}", "value": "0", "speed": "fast"}
-            response = await http.post(url, json=body, headers=headers)
-            response.raise_for_status()
-            ids.append(response.json()["data"]["id"])
-
-        for start in range(0, count, 16):
-            await asyncio.gather(*(one(i) for i in range(start, min(count, start + 16))))
-    return ids
-
-
-async def stub_ledger(stub: Stub, **filters: str) -> list[dict[str, Any]]:
-    async with httpx.AsyncClient(base_url=stub.base_url, timeout=30) as http:
-        response = await http.get("/__admin/ledger", params={"limit": 100_000, **filters})
-        response.raise_for_status()
-        return list(response.json()["entries"])
-
-
-async def stub_ledger_count(stub: Stub, **filters: str) -> int:
-    async with httpx.AsyncClient(base_url=stub.base_url, timeout=10) as http:
-        response = await http.get("/__admin/ledger", params={"limit": 1, **filters})
-        response.raise_for_status()
-        return int(response.json()["count"])
-
-
-async def stub_configure(stub: Stub, latency_ms: int) -> None:
-    """Empty ledger, lifecycle paused, ``latency_ms`` on every send."""
-    async with httpx.AsyncClient(base_url=stub.base_url, timeout=10) as http:
-        (await http.post("/__admin/reset")).raise_for_status()
-        (await http.put("/__admin/lifecycle", json={"paused": True})).raise_for_status()
-        faults: dict[str, Any] = {}
-        if latency_ms:
-            faults = {"scope": "submit", "latency": {"dist": "fixed", "ms": latency_ms}}
-        (await http.put("/__admin/faults", json=faults)).raise_for_status()
 
 
 async def run_loadgen(run: Run, spec: dict[str, Any], name: str) -> dict[str, Any]:

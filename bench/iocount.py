@@ -1,11 +1,11 @@
 """Count a process's calls to SQS, Redis and the executor from outside the application
 (benchmark launchers only), next to bench.dbcount's database round trips.
 
-- SQS: every API call by operation, through aiobotocore or relay_core.sqswire alike, and the
+- SQS: every API call by operation, through aiobotocore or relay_wire.sqswire alike, and the
   messages ReceiveMessage returned;
-- Redis: every command redis-py or relay_core.resp sends (a Lua script call is one EVALSHA);
+- Redis: every command redis-py or relay_wire.resp sends (a Lua script call is one EVALSHA);
   a pipeline is one round trip (`PIPELINE`), its commands counted apart (`PIPELINE.commands`);
-- executor: every HTTP request to the executor's API (relay_core.http), by method and route.
+- executor: every HTTP request to the executor's API (relay_wire.http), by method and route.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def install() -> None:
     counted_api_call._bench_counted = True  # type: ignore[attr-defined]
     AioBaseClient._make_api_call = counted_api_call
 
-    from relay_core.sqswire import SqsWire
+    from relay_wire.sqswire import SqsWire
 
     wire_call = SqsWire._call
 
@@ -64,7 +64,7 @@ def install() -> None:
 
     Redis.execute_command = counted_execute_command  # type: ignore[method-assign]
 
-    from relay_core.resp import RespClient
+    from relay_wire.resp import RespClient
 
     resp_execute = RespClient.execute
 
@@ -92,7 +92,7 @@ def install() -> None:
     Pipeline.execute = counted_pipeline_execute  # type: ignore[method-assign]
     Pipeline.immediate_execute_command = counted_immediate  # type: ignore[method-assign]
 
-    from relay_core.http import HttpClient
+    from relay_wire.http import HttpClient
 
     request = HttpClient.request
 

@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 import pytest
 
-from relay_core import evm, localchain
+from relay_core import evm
 from relay_core import queue as queue_mod
-from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
+from relay_devstack import localchain
+from relay_devstack.localsqs import free_port
 from relay_testkit import (
     Stub,
     infra_process_env,

@@ -22,8 +22,8 @@ from sqlalchemy.engine import make_url
 
 from relay_core import cache as cache_mod
 from relay_core import queue as queue_mod
-from relay_core.localsqs import LocalSqs, free_port
 from relay_core.settings import InfraSettings
+from relay_devstack.localsqs import LocalSqs, free_port
 from relay_testkit import infra_process_env, new_api_key, start_stub, stop_processes, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"

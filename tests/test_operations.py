@@ -23,8 +23,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 
 from relay_core import queue as queue_mod
-from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
+from relay_devstack.localsqs import free_port, stop_process
 from relay_testkit import (
     Stub,
     infra_process_env,

@@ -18,8 +18,8 @@ import httpx
 import pytest
 
 from relay_core import queue as queue_mod
-from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
+from relay_devstack.localsqs import free_port, stop_process
 from relay_testkit import infra_process_env, new_api_key, relay_command, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"

@@ -1,9 +1,6 @@
 """The tree's shape, checked: no import cycle between Relay's modules, and no source module
-over 400 lines (tests and migrations aside).
-
-The modules still over the limit are listed with their size today; each may only shrink, and
-comes off the list once under it (issue 28 takes them apart). A module not listed fails the
-test as soon as it passes 400 lines."""
+over 400 lines (tests and migrations aside): a module that grows past it is taken apart by
+what it holds (docs/architecture.md says where each concern lives)."""
 
 from __future__ import annotations
 
@@ -12,20 +9,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LIMIT = 400
-# Over the limit today, with their size: the most each may have until it is taken apart.
-STILL_TOO_LONG = {
-    "services/queue-consumer/src/queue_consumer/transactions/service.py": 763,
-    "services/queue-consumer/src/queue_consumer/worker.py": 674,
-    "services/relay-api/src/relay_api/relay/service.py": 442,
-    "services/relayer-stub/src/relayer_stub/chain/service.py": 498,
-    "libs/relay-core/src/relay_core/db/direct.py": 501,
-    "libs/relay-core/src/relay_core/http.py": 439,
-    "libs/relay-core/src/relay_core/policy.py": 564,
-    "bench/api.py": 442,
-    "bench/__main__.py": 490,
-    "bench/report.py": 519,
-    "bench/infra.py": 558,
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -119,15 +102,6 @@ def test_no_source_module_is_over_400_lines() -> None:
         if "/migrations/" in relative:
             continue
         lines = len(path.read_text().splitlines())
-        if lines > STILL_TOO_LONG.get(relative, LIMIT):
+        if lines > LIMIT:
             too_long[relative] = lines
-    assert too_long == {}, "over 400 lines (or longer than it was; see STILL_TOO_LONG)"
-
-
-def test_the_list_of_modules_still_too_long_only_shrinks() -> None:
-    def lines(relative: str) -> int:
-        path = ROOT / relative
-        return len(path.read_text().splitlines()) if path.exists() else 0
-
-    done = [relative for relative in STILL_TOO_LONG if lines(relative) <= LIMIT]
-    assert done == [], "under 400 lines now: take them off STILL_TOO_LONG"
+    assert too_long == {}, f"over {LIMIT} lines: take them apart by what they hold"

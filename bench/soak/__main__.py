@@ -33,7 +33,7 @@ from bench import procstat
 from bench.infra import Run
 from bench.soak import client, history, nemesis
 from bench.soak.system import CONSUMERS, System
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 from relay_testkit import unfinished
 from relay_testkit.tcpproxy import TcpProxy
 

@@ -3,7 +3,7 @@ client sends them (its own Idempotency-Key each, retried with it while the API d
 or answers 429/5xx), and a reader that follows a sample of them by their status. Both keep a
 log of every answer, which the history checker reads.
 
-They speak through ``relay_core.http`` (tens of microseconds a request, where httpx costs a
+They speak through ``relay_wire.http`` (tens of microseconds a request, where httpx costs a
 millisecond): on a two-core machine the soak's own client must not take the CPU the system
 under test needs."""
 
@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 
 import orjson
 
-from relay_core import http
+from relay_wire import http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
 SPEEDS = ("fast", "average", "fastest", "safeLow")  # the fast lane, then the normal, in turn

@@ -21,9 +21,9 @@ import orjson
 
 from bench.soak.client import DEAD
 from bench.soak.system import System
-from relay_core import http
 from relay_core.db.models import utcnow
 from relay_testkit import STUB_DEV_KEY
+from relay_wire import http
 
 log = logging.getLogger("bench.soak")
 

@@ -20,9 +20,9 @@ from typing import Any
 from sqlalchemy.engine import make_url
 
 from bench.infra import REDIS_URL, ROOT, Run
-from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.settings import InfraSettings
+from relay_devstack import localsqs
 from relay_testkit import Stub, new_api_key, start_stub, wait_http
 from relay_testkit.tcpproxy import TcpProxy
 

@@ -17,7 +17,8 @@ from eth_account import Account
 from eth_account.signers.local import LocalAccount
 from eth_utils import keccak
 
-from relay_core import ethereum, localchain
+from relay_core import ethereum
+from relay_devstack import localchain
 
 pytestmark = pytest.mark.timeout(180)
 

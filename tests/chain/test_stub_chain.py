@@ -11,7 +11,8 @@ import httpx
 import pytest
 from eth_utils import to_checksum_address
 
-from relay_core import evm, localchain
+from relay_core import evm
+from relay_devstack import localchain
 from relay_testkit import STUB_DEV_KEY, Stub, start_stub
 
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,7 @@ from relay_api.exitcodes import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
 )
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 from relay_testkit import new_api_key
 
 DEAD = "0x000000000000000000000000000000000000dEaD"

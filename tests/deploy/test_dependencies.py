@@ -69,7 +69,7 @@ def test_the_client_library_is_httpx_alone_and_eth_account_only_for_gasless() ->
 
 def test_the_consumer_speaks_http_through_its_own_client_and_sqs_through_aiobotocore() -> None:
     installed = _installs("queue-consumer")
-    assert "httptools" in installed  # relay_core.http: the executor, SQS's hot calls
+    assert "httptools" in installed  # relay_wire.http: the executor, SQS's hot calls
     assert "aiohttp" in installed  # callbacks to clients, the chain's JSON-RPC
     assert "aiobotocore" in installed
     assert not installed & {"httpx", "aioboto3", "relay-testkit"}
@@ -78,3 +78,18 @@ def test_the_consumer_speaks_http_through_its_own_client_and_sqs_through_aioboto
 def test_no_service_installs_the_test_helpers() -> None:
     for package in ("relay-api", "queue-consumer", "relayer-stub", "relay-pipeline"):
         assert "relay-testkit" not in _installs(package), package
+
+
+def test_the_development_stack_is_in_no_service_image_but_the_stubs() -> None:
+    """relay-devstack (the local SQS server, the dev chain) is for make run and the tests; the
+    relayer-stub, itself a development executor, signs with the dev chain's accounts."""
+    for package in ("relay-api", "queue-consumer", "relay-pipeline"):
+        assert "relay-devstack" not in _installs(package), package
+    assert "relay-devstack" in _installs("relayer-stub")
+
+
+def test_the_wire_clients_go_only_where_they_are_used() -> None:
+    for package in ("relay-api", "queue-consumer"):
+        assert "relay-wire" in _installs(package), package
+    for package in ("relay-pipeline", "relayer-stub"):
+        assert "relay-wire" not in _installs(package), package

@@ -35,11 +35,11 @@ from rig import (
 )
 from sqlalchemy.engine import make_url
 
-from relay_core import localsqs
 from relay_core import queue as queue_mod
 from relay_core.db.models import utcnow
-from relay_core.localsqs import free_port
 from relay_core.settings import InfraSettings
+from relay_devstack import localsqs
+from relay_devstack.localsqs import free_port
 from relay_testkit import STUB_DEV_KEY
 from relay_testkit.tcpproxy import TcpProxy
 

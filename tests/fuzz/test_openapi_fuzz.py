@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from relay_core import localchain
 from relay_core import queue as queue_mod
-from relay_core.localsqs import free_port, stop_process
 from relay_core.settings import InfraSettings
+from relay_devstack import localchain
+from relay_devstack.localsqs import free_port, stop_process
 from relay_testkit import infra_process_env, new_api_key, wait_http
 
 CONFIG = Path(__file__).with_name("schemathesis.toml")

@@ -7,7 +7,7 @@ import pytest
 from redis.asyncio import Redis
 
 from relay_core.cache import CacheWrite, StatusCache, connect
-from relay_core.resp import RespClient
+from relay_wire.resp import RespClient
 
 URL = "redis://127.0.0.1:6379/0"
 
@@ -22,7 +22,7 @@ async def admin() -> AsyncIterator[Redis]:
 
 @pytest.fixture(params=["resp", "redis-py"])
 async def cache(request: pytest.FixtureRequest) -> AsyncIterator[StatusCache]:
-    """The cache on the services' own client (relay_core.resp), and on redis-py."""
+    """The cache on the services' own client (relay_wire.resp), and on redis-py."""
     commands = RespClient(URL, 1.0) if request.param == "resp" else connect(URL, 1.0)
     yield StatusCache(commands, f"relaytest:{uuid.uuid4().hex[:8]}:", active_ttl_s=30)
     await commands.aclose()

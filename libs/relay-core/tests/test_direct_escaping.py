@@ -1,4 +1,4 @@
-"""Hostile text through every statement the direct pool (relay_core.db.direct) sends, against
+"""Hostile text through every statement the direct pool (relay_wire.direct) sends, against
 the real MariaDB: values go into multi-statement text queries escaped by the driver, so a
 quote, a backslash, a NUL or a four-byte character that came back different (or ended a
 statement early) would be a bug, and on a server whose sql_mode reads backslashes as plain
@@ -24,8 +24,6 @@ import pytest
 from sqlalchemy import insert, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay_core.db import direct as direct_db
-from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine
 from relay_core.db.models import (
     NOTIFICATIONS,
@@ -36,6 +34,8 @@ from relay_core.db.models import (
 )
 from relay_core.db.transitions import Change, write_changes_direct
 from relay_core.settings import InfraSettings
+from relay_wire import direct as direct_db
+from relay_wire.direct import DirectPool
 
 HOSTILE = [
     "'",

@@ -1,4 +1,4 @@
-"""The consumer's cache of spend policies (relay_core.policy.PolicyCache): at most one read per
+"""The consumer's cache of spend policies (relay_core.policycache.PolicyCache): at most one read per
 client in flight, however many messages ask at once, and a waiter that gives up does not take
 the read away from the others."""
 
@@ -14,8 +14,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import ApiClient, ClientSpend, utcnow
-from relay_core.policy import VALUE, PolicyCache, bucket_of
+from relay_core.policycache import PolicyCache
 from relay_core.settings import InfraSettings
+from relay_core.spending import VALUE, bucket_of
 
 
 @pytest.fixture

@@ -7,7 +7,6 @@ from collections.abc import Callable
 
 import pytest
 
-from queue_consumer import receiving
 from queue_consumer.circuit import (
     RETRY_AFTER_CAP_S,
     CircuitBreaker,
@@ -17,6 +16,7 @@ from queue_consumer.circuit import (
     probe_when_due,
 )
 from queue_consumer.lanes import Lane
+from queue_consumer.stages import receiving
 from relay_core.executor import ErrorKind, ExecutorError
 
 

@@ -16,12 +16,12 @@ from queue_consumer.lanes import Capacity
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.cache import StatusCache, connect
-from relay_core.db import direct as direct_db
-from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import Transaction, TransactionEvent, utcnow
 from relay_core.db.transitions import Change
 from relay_core.settings import InfraSettings
+from relay_wire import direct as direct_db
+from relay_wire.direct import DirectPool
 
 REDIS_URL = "redis://127.0.0.1:6379/0"
 
@@ -31,7 +31,7 @@ async def setup(
     request: pytest.FixtureRequest, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[dict[str, Any]]:
     """Each test twice: batches written through SQLAlchemy (SQLite, or the direct pool off)
-    and on driver connections (relay_core.db.direct, MySQL's default)."""
+    and on driver connections (relay_wire.direct, MySQL's default)."""
     engine = create_engine(InfraSettings(database_url=database_url, database_pool_size=4))
     redis = connect(REDIS_URL, 1.0)
     cache = StatusCache(redis, f"relaytest:{uuid.uuid4().hex[:8]}:")

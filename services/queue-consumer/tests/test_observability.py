@@ -12,7 +12,7 @@ from consumer_testkit import seed_rows, send_messages, status_counts, wait_until
 from prometheus_client.parser import text_string_to_metric_families
 
 from relay_core import tracing
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 PARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 

@@ -28,7 +28,7 @@ from sqlalchemy.engine import make_url
 from queue_consumer.settings import ConsumerSettings
 from relay_core import queue as queue_mod
 from relay_core.db.models import utcnow
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 from relay_testkit.tcpproxy import TcpProxy
 
 SETTLED = timedelta(seconds=30)  # older than the test consumer's settle time (10.5 s)
@@ -59,7 +59,7 @@ async def test_an_incomplete_lookup_never_resubmits_and_a_complete_one_adopts(
     await send_messages(sqs, queues[0], ids)
 
     short = await run_consumer(executor_list_page_size=10, consumer_lookup_max_pages=3)
-    await wait_until(lambda: short.processor.lookup.incomplete >= 2, 30, "two short lookups")
+    await wait_until(lambda: short.submitter.lookup.incomplete >= 2, 30, "two short lookups")
     short.stopping.set()
     await asyncio.sleep(0.5)
     assert stub.ledger_count() == 301, "an incomplete read led to a resubmission"
@@ -89,7 +89,7 @@ async def test_rows_with_one_payload_never_share_an_executor_transaction(
     recorded = sorted(r["executor_tx_id"] for r in rows(database_url))
     assert recorded == sorted(e["id"] for e in entries)
     assert reached in recorded
-    assert consumer.processor.conflicts >= 1
+    assert consumer.submitter.conflicts >= 1
 
 
 async def test_an_unavailable_executor_opens_the_circuit_receives_nothing_and_fails_nothing(
@@ -162,7 +162,7 @@ async def test_an_executor_failing_every_call_in_doubt_is_given_up_only_after_a_
     await wait_until(lambda: status_counts(database_url) == {"failed": 1}, 60, "budget spent")
     row = rows(database_url)[0]
     assert "no attempt got an answer from the executor" in row["error"]
-    assert consumer.processor.lookup.scans >= 1
+    assert consumer.submitter.lookup.scans >= 1
     assert stub.ledger_count() == 0
 
 

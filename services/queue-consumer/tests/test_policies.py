@@ -20,7 +20,7 @@ from consumer_testkit import (
 from sqlalchemy import insert, select, update
 
 from relay_core.db.models import ApiClient, ClientSpend, Transaction, utcnow
-from relay_core.policy import bucket_of
+from relay_core.spending import bucket_of
 
 OTHER = "0x1111111111111111111111111111111111111111"
 

@@ -142,13 +142,13 @@ def test_check_command_reports_health_from_the_heartbeat_file(tmp_path: Path) ->
 
 
 def test_fault_injection_is_off_outside_development(consumer_settings: Any) -> None:
-    from queue_consumer.transactions.service import TransactionProcessor
+    from queue_consumer.stages.submitting import Submitter
 
     for environment, fault in (("test", ""), ("production", ""), ("dev", "exit-after-submit")):
         settings = consumer_settings.model_copy(update={"environment": environment})
         os.environ["RELAY_CONSUMER_FAULT"] = "exit-after-submit"
         try:
-            processor = TransactionProcessor(settings, None, None, None, None, None)  # type: ignore[arg-type]
+            submitter = Submitter(settings, *[None] * 6)  # type: ignore[arg-type]
         finally:
             del os.environ["RELAY_CONSUMER_FAULT"]
-        assert processor._fault == fault, environment
+        assert submitter._fault == fault, environment

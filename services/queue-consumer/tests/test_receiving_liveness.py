@@ -22,12 +22,12 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from queue_consumer import receiving
 from queue_consumer.circuit import CircuitBreaker, CircuitOpen
 from queue_consumer.lanes import Lane
 from queue_consumer.retry import Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
-from queue_consumer.transactions.service import Outcome, circuit_open
+from queue_consumer.stages import receiving
+from queue_consumer.stages.outcome import Outcome, circuit_open
 from relay_core.executor import ErrorKind, ExecutorError
 
 SHIPPED = ConsumerSettings(environment="test")
@@ -208,7 +208,7 @@ class Model:
         poller.holding = list(got)
         self._give_room()
 
-    # --- one message, as the processor and the worker treat it ---------------------------------
+    # --- one message, as the stages and the worker treat it ---------------------------------
 
     def _attempt(self, message: Message) -> None:
         if message.held and not self.predecessor_done:

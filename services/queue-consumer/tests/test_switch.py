@@ -24,13 +24,13 @@ from relay_core.db.models import QueueControl, utcnow
 
 
 async def _set(consumer: Consumer, state: controls.LaneState) -> None:
-    sessions: async_sessionmaker[Any] = consumer.processor.sessions
+    sessions: async_sessionmaker[Any] = consumer.claims.sessions
     async with sessions() as session, session.begin():
         await controls.set_lane_state(session, "normal", state, "test")
 
 
 async def _reported(consumer: Consumer) -> dict[str, Any]:
-    async with consumer.processor.sessions() as session:
+    async with consumer.claims.sessions() as session:
         view = await controls.overview(session)
     normal = [c for c in view["consumers"] if c["lane"] == "normal"]
     return dict(normal[0]) if normal else {}
@@ -82,7 +82,7 @@ async def test_draining_finishes_the_queue_then_pauses_the_lane(
     await _set(consumer, controls.LaneState.draining)
 
     async def lane() -> controls.LaneState:
-        async with consumer.processor.sessions() as session:
+        async with consumer.claims.sessions() as session:
             return await controls.lane_state(session, "normal")
 
     deadline = asyncio.get_running_loop().time() + 30

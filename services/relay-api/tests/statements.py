@@ -1,5 +1,5 @@
 """What a request says to the database: statements and transaction ends, counted on the
-engine, and the round trips sent past it (relay_core.db.direct) as one entry each, their
+engine, and the round trips sent past it (relay_wire.direct) as one entry each, their
 statements joined by "; " (the publisher and other background work are left out by the
 caller's timing)."""
 
@@ -13,7 +13,7 @@ import pytest
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay_core.db import direct
+from relay_wire import direct
 
 
 @contextlib.contextmanager

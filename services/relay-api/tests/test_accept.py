@@ -187,5 +187,5 @@ async def test_an_accepted_request_is_one_insert_committed_by_itself(
             "/api/v1/relay/direct", json={"to": DEAD}, headers={"X-API-Key": api_key}
         )
     assert response.status_code == 202
-    # One round trip on MySQL: the INSERT, committed by itself (relay_core.db.direct)
+    # One round trip on MySQL: the INSERT, committed by itself (relay_wire.direct)
     assert seen == ["INSERT INTO transactions"]

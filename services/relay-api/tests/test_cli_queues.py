@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-from relay_core import jsonutil, localsqs
+from relay_core import jsonutil
 from relay_core import queue as queue_mod
+from relay_devstack import localsqs
 
 
 @pytest.mark.parametrize("server_kind", ["ministack", "moto"])

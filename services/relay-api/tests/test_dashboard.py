@@ -24,7 +24,7 @@ from relay_api.auth.service import create_client
 from relay_api.settings import ApiSettings
 from relay_core import controls, policy
 from relay_core.db.models import utcnow
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(

@@ -13,9 +13,10 @@ from sqlalchemy import select
 from relay_api.app import create_app
 from relay_api.outbox.service import sweep_until_idle
 from relay_api.runtime import Runtime
-from relay_core import jsonutil, localsqs
+from relay_core import jsonutil
 from relay_core import queue as queue_mod
 from relay_core.db.models import Transaction
+from relay_devstack import localsqs
 
 
 async def _enqueued_at(runtime: Runtime, tx_id: str) -> Any:

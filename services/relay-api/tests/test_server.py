@@ -13,7 +13,7 @@ import httpx
 import pytest
 from api_testkit import DEAD
 
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 from relay_testkit import infra_process_env
 
 

@@ -17,7 +17,7 @@ from statements import recorded
 from relay_api.app import create_app
 from relay_api.auth.service import Authenticator
 from relay_api.runtime import Runtime
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 
 async def _submit(client: httpx.AsyncClient, api_key: str) -> str:

@@ -21,7 +21,7 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from relay_core import jsonutil
-from relay_core.resp import RespClient
+from relay_wire.resp import RespClient
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ class StatusCache:
         active_ttl_s: int = 10,
     ) -> None:
         """``redis``: what sends the cache's commands (GET, EVALSHA, SCRIPT LOAD): the
-        services give it a :class:`relay_core.resp.RespClient`, which costs a fifth of
+        services give it a :class:`relay_wire.resp.RespClient`, which costs a fifth of
         redis-py's CPU a command; a redis-py client works the same."""
         self._redis = redis
         self._prefix = prefix

@@ -22,8 +22,9 @@ from urllib.parse import quote, urlsplit
 
 import orjson
 
-from relay_core import http, jsonutil, tracing
+from relay_core import jsonutil, tracing
 from relay_core.metrics import EXECUTOR_SECONDS
+from relay_wire import http
 
 
 class ErrorKind(StrEnum):
@@ -126,7 +127,7 @@ def _parse_time(value: Any) -> datetime | None:
 class ExecutorClient:
     """One pooled HTTP client per process; built at start-up, closed at shutdown.
 
-    On relay_core.http's keep-alive connections: on the consumer's hot path (one POST per
+    On relay_wire.http's keep-alive connections: on the consumer's hot path (one POST per
     message) httpx's pool bookkeeping, then aiohttp's request machinery, each cost more CPU
     than the rest of the message's work (docs/performance.md). Connections open on first use.
     """

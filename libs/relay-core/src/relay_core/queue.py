@@ -136,13 +136,13 @@ def client_config(settings: InfraSettings, *, timeout_s: float = 5.0, retries: i
 async def sqs_client(*, wire: bool = False, **kwargs: Any) -> AsyncIterator[Any]:
     """An SQS client (aiobotocore), used as ``async with sqs_client(...) as sqs``. With
     ``wire``, its three hot calls (send and delete batches, receive) go out through
-    :class:`relay_core.sqswire.SqsWire` instead, at a fraction of the CPU."""
+    :class:`relay_wire.sqswire.SqsWire` instead, at a fraction of the CPU."""
     session = get_session()
     async with session.create_client("sqs", **kwargs) as client:
         if not wire:
             yield client
             return
-        from relay_core.sqswire import SqsWire
+        from relay_wire.sqswire import SqsWire
 
         async with SqsWire.around(client, session) as fast:
             yield fast

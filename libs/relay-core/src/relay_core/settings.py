@@ -86,7 +86,7 @@ class InfraSettings(BaseSettings):
     sqs_wire: bool = Field(
         True,
         description="send the hot SQS calls (send and delete batches, receive) through "
-        "relay_core.sqswire instead of botocore: the same requests at a fraction of the CPU",
+        "relay_wire.sqswire instead of botocore: the same requests at a fraction of the CPU",
     )
     database_direct_pool_size: int = Field(
         4,

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 STUB_DEV_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
 

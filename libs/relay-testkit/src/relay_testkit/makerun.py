@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 ROOT = Path(__file__).resolve().parents[4]
 STARTUP_S = 60.0  # make run installs nothing on a synced checkout; start-up is ~10 s here

@@ -11,7 +11,7 @@ import contextlib
 import threading
 from collections.abc import Awaitable
 
-from relay_core.localsqs import free_port
+from relay_devstack.localsqs import free_port
 
 
 class TcpProxy:

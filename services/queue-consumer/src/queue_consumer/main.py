@@ -23,17 +23,16 @@ from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
 from queue_consumer.transactions.lookup import ExecutorLookup
-from queue_consumer.transactions.service import TransactionProcessor
-from queue_consumer.worker import Consumer
+from queue_consumer.worker import Consumer, build
 from relay_core import cache as cache_mod
 from relay_core import evm, gctuning, jsonutil, tracing
 from relay_core import queue as queue_mod
-from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.executor import ExecutorClient
 from relay_core.logs import configure_logging
 from relay_core.reconcile import Reconciler
-from relay_core.resp import RespClient
+from relay_wire.direct import DirectPool
+from relay_wire.resp import RespClient
 
 log = logging.getLogger("queue_consumer")
 
@@ -102,7 +101,7 @@ async def _ops_server(consumer: Consumer, host: str, port: int) -> AsyncIterator
                         "status": "ok" if healthy else "stopping",
                         "circuit": consumer.breaker.describe(),
                         "databaseCircuit": consumer.database.describe(),
-                        "executorInFlight": consumer.processor.guard.in_flight,
+                        "executorInFlight": consumer.submitter.guard.in_flight,
                     }
                 ).encode()
                 status = b"200 OK" if healthy else b"503 Service Unavailable"
@@ -163,7 +162,7 @@ async def open_consumer(
     redis = None
     cache = None
     if settings.redis_url:
-        # The status cache's commands, its only use of Redis here (relay_core.resp).
+        # The status cache's commands, its only use of Redis here (relay_wire.resp).
         redis = RespClient(settings.redis_url, settings.redis_timeout_s)
         cache = cache_mod.StatusCache(
             redis,
@@ -190,15 +189,12 @@ async def open_consumer(
                 writers=settings.consumer_db_writers,
                 max_batch=settings.consumer_write_batch,
             )
-            processor = TransactionProcessor(
-                settings, sessions, executor, writes, guard, lookup, rpc=rpc
-            )
-            consumer = Consumer(settings, sqs, lanes, processor)
+            consumer = build(settings, sqs, lanes, sessions, executor, writes, guard, lookup, rpc)
             consumer.stopping = stop
             consumer.reconciler = Reconciler(
                 sessions, sqs, lanes, settings, cache, executor=executor, rpc=rpc
             )
-            consumer.settler = FeeSettler(sessions, rpc)
+            consumer.fees = FeeSettler(sessions, rpc)
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,

@@ -8,7 +8,7 @@ gasless predecessor not yet executed) waits exactly as long as that takes (``def
 (DESIGN invariant 9).
 
 How long a transient failure is retried is not a matter of receive counts: the transaction
-decides that (a time budget counted from its first attempt, ``TransactionProcessor``), and the
+decides that (a time budget counted from its first attempt, ``stages.submitting``), and the
 message only carries it. So a message on its last allowed receive is never left for SQS's
 redrive while it still has work: a fresh copy is sent (its receive count starts again) and this
 one deleted. The redrive policy then moves to the DLQ only messages no consumer could act on at

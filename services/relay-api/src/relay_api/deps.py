@@ -13,9 +13,9 @@ from relay_api.auth.service import Caller
 from relay_api.limits.service import Limit
 from relay_api.openapi import API_KEY
 from relay_api.runtime import Runtime
-from relay_core.db.direct import DirectPool
 from relay_core.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
+from relay_wire.direct import DirectPool
 
 
 # Plain `def` dependencies would run in a worker thread; these do no I/O.

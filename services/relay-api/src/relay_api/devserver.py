@@ -32,7 +32,8 @@ from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from relay_api import devstate
-from relay_core import apikeys, localchain, localsqs
+from relay_core import apikeys
+from relay_devstack import localchain, localsqs
 
 # Longest a child may take to stop after SIGTERM. The consumer gets its drain grace on top.
 GRACE_S = 30.0
@@ -56,7 +57,7 @@ class DevSettings(BaseSettings):
         description="local SQS server started when AWS_ENDPOINT_URL is unset (localstack: "
         "`make localstack` installs it; docs/local.md)",
     )
-    # Read by relay_core.localsqs; declared here so that it is documented with the rest.
+    # Read by relay_devstack.localsqs; declared here so that it is documented with the rest.
     ministack_bin: str | None = Field(
         None, description="ministack executable (default .tools/sqs/bin/ministack, then PATH)"
     )

@@ -24,11 +24,11 @@ from relay_api.webhooks import service as webhooks_service
 from relay_core import cache as cache_mod
 from relay_core import evm
 from relay_core import queue as queue_mod
-from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.executor import ExecutorClient
 from relay_core.fees import FeeOracle
-from relay_core.resp import RespClient
+from relay_wire.direct import DirectPool
+from relay_wire.resp import RespClient
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +80,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
         if settings.redis_url:
             redis = cache_mod.connect(settings.redis_url, settings.redis_timeout_s)
             stack.push_async_callback(redis.aclose)
-            # The status cache's commands on a connection of their own (relay_core.resp);
+            # The status cache's commands on a connection of their own (relay_wire.resp);
             # the rate limiter and readiness stay on redis-py.
             cache_commands = RespClient(settings.redis_url, settings.redis_timeout_s)
             stack.push_async_callback(cache_commands.aclose)

@@ -178,7 +178,7 @@ class StubSettings(BaseSettings):
         if self.relayer_private_key is not None:
             account: LocalAccount = Account.from_key(self.relayer_private_key.get_secret_value())
             return account
-        from relay_core.localchain import RELAYER_ACCOUNT, dev_account
+        from relay_devstack.localchain import RELAYER_ACCOUNT, dev_account
 
         return dev_account(RELAYER_ACCOUNT)
 

@@ -89,7 +89,7 @@ class ApiClient(Base):
 
 
 class ClientSpend(Base):
-    """Value reserved against a client's daily budget, per five minutes (relay_core.policy)."""
+    """Value reserved against a client's daily budget, per five minutes (relay_core.spending)."""
 
     __tablename__ = "client_spend"
 
@@ -166,7 +166,7 @@ class Transaction(Base):
         UniqueConstraint("executor_tx_id"),
         Index(None, "status", "last_synced_at"),
         Index(None, "upstream_missing_since"),
-        # The fee reservations still to settle (relay_core.policy): few, among many settled.
+        # The fee reservations still to settle (relay_core.spending): few, among many settled.
         Index(None, "status", "reserved_fee_wei"),
     )
 
@@ -210,7 +210,7 @@ class Transaction(Base):
     lane: Mapped[str] = mapped_column(String(8), default="normal", server_default="normal")
     # Effective callback for status notifications (the request's, else the client's).
     callback_url: Mapped[str | None] = mapped_column(String(2048), default=None)
-    # Its reservation against the client's daily budgets (relay_core.policy): the five
+    # Its reservation against the client's daily budgets (relay_core.spending): the five
     # minutes it is counted in, and the fee reserved (the most it can cost), settled to the
     # receipt's fee (``fee_settled_at``) once mined.
     spend_bucket: Mapped[datetime | None] = mapped_column(Timestamp, default=None)

@@ -18,8 +18,6 @@ from sqlalchemy import Update, bindparam, insert, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
 from sqlalchemy.orm.attributes import instance_state, set_committed_value
 
-from relay_core.db import direct as direct_db
-from relay_core.db.direct import DirectPool
 from relay_core.db.models import (
     NOTIFICATIONS,
     TRANSACTION_EVENTS,
@@ -28,6 +26,8 @@ from relay_core.db.models import (
     utcnow,
 )
 from relay_core.views import rfc3339
+from relay_wire import direct as direct_db
+from relay_wire.direct import DirectPool
 
 
 @dataclass(slots=True)
@@ -98,7 +98,7 @@ async def write_changes(
 async def write_changes_direct(
     direct: DirectPool, conn: Any, changes: Sequence[Change]
 ) -> list[dict[str, Any] | None]:
-    """:func:`write_changes` on a driver connection (relay_core.db.direct), and committed,
+    """:func:`write_changes` on a driver connection (relay_wire.direct), and committed,
     in two round trips however many changes there are: the transaction's start and the
     compare-and-sets, then the event and notification INSERTs with the COMMIT.
 

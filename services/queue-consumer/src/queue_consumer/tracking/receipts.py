@@ -1,5 +1,5 @@
 """Fee reservations settled: once a transaction with a fee reserved (its client has a daily fee
-budget, relay_core.policy) is mined, its receipt says what it cost (gas used x effective
+budget, relay_core.spending) is mined, its receipt says what it cost (gas used x effective
 price); the difference from what was reserved goes back to the budget (or, if it cost more,
 is added), and the row keeps what it cost: block, gas used, price per gas, fee.
 
@@ -22,7 +22,7 @@ from typing import Any
 from sqlalchemy import and_, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_core import evm, policy
+from relay_core import evm, spending
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch
 from relay_core.statuses import TxStatus
@@ -89,8 +89,8 @@ class FeeSettler:
         async with self._limit:
             cost = await self._cost(tx)
         if cost is None:
-            if tx.spend_bucket is None or tx.spend_bucket >= policy.bucket_of(
-                utcnow() - policy.DAY
+            if tx.spend_bucket is None or tx.spend_bucket >= spending.bucket_of(
+                utcnow() - spending.DAY
             ):
                 return False
             # Its reservation has left the 24 hours: no budget counts it any more, and what it
@@ -112,15 +112,15 @@ class FeeSettler:
             if not written:
                 return False
             bucket = current.spend_bucket
-            in_window = bucket is not None and bucket >= policy.bucket_of(utcnow() - policy.DAY)
+            in_window = bucket is not None and bucket >= spending.bucket_of(utcnow() - spending.DAY)
             if bucket is not None and in_window and "fee_wei" in cost and reserved != fee:
-                await policy.give_back(
+                await spending.give_back(
                     session,
                     current.client_id,
                     bucket,
                     reserved - fee,
                     utcnow(),
-                    kind=policy.FEE,
+                    kind=spending.FEE,
                 )
         log.info(
             "consumer.fee.settled",

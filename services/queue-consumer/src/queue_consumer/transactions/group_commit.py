@@ -26,7 +26,6 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from relay_core.cache import CacheWrite, StatusCache
-from relay_core.db.direct import DirectPool
 from relay_core.db.transitions import (
     Change,
     apply_written,
@@ -35,6 +34,7 @@ from relay_core.db.transitions import (
 )
 from relay_core.statuses import is_terminal
 from relay_core.views import status_entry
+from relay_wire.direct import DirectPool
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class GroupCommit:
         timeout_s: float = 15.0,
     ) -> None:
         self._engine = engine
-        self.direct = direct  # (public: the processor loads its batches' rows on it too)
+        self.direct = direct  # (public: the claiming stage loads its batches' rows on it too)
         self._cache = cache
         self._writers = writers
         self._max_batch = max_batch
@@ -146,7 +146,7 @@ class GroupCommit:
         """Commit ``changes``; raises if that failed (then nothing was written). Returns
         whether each was written, and what to write through to Redis (:meth:`_write_through`,
         which cannot fail it either)."""
-        if self.direct is not None:  # two round trips per batch (relay_core.db.direct)
+        if self.direct is not None:  # two round trips per batch (relay_wire.direct)
             async with asyncio.timeout(self._timeout_s), self.direct.connection() as raw:
                 written = await write_changes_direct(self.direct, raw, changes)
         else:

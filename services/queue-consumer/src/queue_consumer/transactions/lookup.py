@@ -26,7 +26,7 @@ Which match is ours
     A match has the payload's (to, data, value) and, where the executor reports them, its
     speed and gas limit. The stamp is written before the call, so the attempt's transaction
     (if any) was created after it. Adoption waits until the attempt has *settled*: its call
-    either answered or can no longer reach the executor (see ``TransactionProcessor``), so
+    either answered or can no longer reach the executor (see ``stages.submitting``), so
     whatever it created exists by then. The row then takes the *earliest* match created at or
     after its horizon that no other row holds, and writes it with a compare-and-set under a
     unique index on ``executor_tx_id``: if another row took it meanwhile, the write fails and

@@ -9,9 +9,9 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core.db.direct import DirectPool
 from relay_core.db.models import Transaction
 from relay_core.statuses import TxStatus
+from relay_wire.direct import DirectPool
 
 
 async def load(session: AsyncSession, transaction_id: str) -> Transaction | None:
@@ -31,7 +31,7 @@ async def load_many(session: AsyncSession, transaction_ids: list[str]) -> dict[s
 async def load_many_direct(
     direct: DirectPool, transaction_ids: list[str]
 ) -> dict[str, Transaction]:
-    """:func:`load_many` in one round trip on a driver connection (relay_core.db.direct): the
+    """:func:`load_many` in one round trip on a driver connection (relay_wire.direct): the
     SELECT is its own transaction, no ORM loading. A receive batch holds at most ten
     messages: the ids are padded to ten (the last one again), so that every batch is the one
     prepared statement."""

@@ -8,6 +8,9 @@ import signal
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+from relay_api.cli.common import err
+from relay_api.exitcodes import EXIT_USAGE
+
 if TYPE_CHECKING:
     from relay_api.settings import ApiSettings
 
@@ -27,8 +30,14 @@ def _own_settings() -> ApiSettings:
 
 
 def _dev(args: argparse.Namespace) -> int:
-    from relay_api.devserver import run
-
+    try:
+        from relay_api.devserver import run
+    except ModuleNotFoundError as exc:
+        if exc.name is None or not exc.name.startswith("relay_devstack"):
+            raise
+        # A service image carries no development stack (libs/relay-devstack).
+        err("relay dev needs the development stack (relay-devstack): run `make run` in a checkout")
+        return EXIT_USAGE
     return run()
 
 

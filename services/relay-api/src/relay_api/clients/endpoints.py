@@ -17,8 +17,8 @@ from relay_api.deps import (
     require_operator,
 )
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
+from relay_api.relay.requests import check_callback_url
 from relay_api.relay.schemas import CallbackRequest, CallbackResponse
-from relay_api.relay.service import check_callback_url
 from relay_api.responses import Json
 from relay_core import apikeys
 

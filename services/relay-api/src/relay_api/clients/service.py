@@ -9,7 +9,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_api.clients import repository
 from relay_api.settings import ApiSettings
-from relay_core import audit, ethereum, fees, policy
+from relay_core import audit, ethereum, fees, policy, spending
 from relay_core.audit import Actor
 from relay_core.db.models import ApiClient, utcnow
 from relay_core.errors import BadRequest, NotFound
@@ -32,8 +32,8 @@ async def find(session: AsyncSession, ref: str) -> ApiClient:
 async def view(session: AsyncSession, client: ApiClient, settings: ApiSettings) -> dict[str, Any]:
     own_rate = client.rate_limit_per_s is not None
     spend = policy.SpendPolicy.of(client)
-    spent = await policy.spent_today(session, client.id, utcnow())
-    fees_spent = await policy.spent_today(session, client.id, utcnow(), kind=policy.FEE)
+    spent = await spending.spent_today(session, client.id, utcnow())
+    fees_spent = await spending.spent_today(session, client.id, utcnow(), kind=spending.FEE)
     return {
         "id": client.id,
         "name": client.name,

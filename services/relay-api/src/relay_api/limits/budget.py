@@ -1,7 +1,7 @@
 """Daily budgets at accept, leased: a process reserves a slice of a client's budget in one
 short transaction and spends it from memory, so a budgeted client's accepts do not each lock
 its row and sum its day (five statements, ~4 ms of CPU, and one client serialised on its row).
-A client may have two budgets, its value's and its fees' (``relay_core.policy.VALUE`` and
+A client may have two budgets, its value's and its fees' (``relay_core.spending.VALUE`` and
 ``FEE``): each has its own leases, and a transaction takes from both or from neither.
 
 The budget stays strict across replicas, because a lease is a reservation like any other: it
@@ -14,7 +14,7 @@ towards refusing.
 Leases are for budgets that are far from spent: a lease is 1/``PARTS`` of the budget, taken
 only while more than 1/``RESERVE_PART`` of it would stay unleased and only for values it holds
 at least twice over. Past that (the end of a budget, or transactions large beside it) each
-transaction reserves exactly in its own transaction, as ``relay_core.policy.reserve`` always
+transaction reserves exactly in its own transaction, as ``relay_core.spending.reserve`` always
 did, which refuses exactly what does not fit. A transaction can then be refused while another
 replica still holds a lease with room in it; that lease ends within ``lease_s`` and the room
 comes back.
@@ -31,7 +31,7 @@ from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_core import policy
+from relay_core import policy, spending
 from relay_core.db.models import utcnow
 
 log = logging.getLogger(__name__)
@@ -102,8 +102,8 @@ class Budgets:
         itself goes with its rollback; one taken from a lease is given back to it)."""
         taken: list[GiveBack] = []
         buckets: list[datetime] = []
-        exact: list[policy.Kind] = []
-        for kind, amount in ((policy.VALUE, value), (policy.FEE, fee)):
+        exact: list[spending.Kind] = []
+        for kind, amount in ((spending.VALUE, value), (spending.FEE, fee)):
             budget = kind.of(spend_policy)
             if budget is None or amount == 0:
                 continue
@@ -116,7 +116,7 @@ class Budgets:
             buckets.append(bucket)
         if exact:
             try:
-                exact_bucket = await policy.reserve(
+                exact_bucket = await spending.reserve(
                     session(), client_id, spend_policy, value, utcnow(), fee=fee, kinds=tuple(exact)
                 )
             except policy.PolicyRefused:
@@ -132,11 +132,11 @@ class Budgets:
             for give_back in taken:
                 give_back()
 
-        # The oldest: the reservation leaves the 24 hours with it (relay_core.policy).
+        # The oldest: the reservation leaves the 24 hours with it (relay_core.spending).
         return Reserved(give_back_all, min(buckets))
 
     async def _leased(
-        self, key: _Key, kind: policy.Kind, budget: int, amount: int
+        self, key: _Key, kind: spending.Kind, budget: int, amount: int
     ) -> tuple[GiveBack, datetime] | None:
         """From this process's lease of the budget (a new one if it may), or None: reserve
         exactly."""
@@ -163,7 +163,7 @@ class Budgets:
         return _spend(lease, value), lease.bucket
 
     async def _new_lease(
-        self, key: _Key, kind: policy.Kind, value: int
+        self, key: _Key, kind: spending.Kind, value: int
     ) -> tuple[GiveBack, datetime] | None:
         old = self._leases.pop(key, None)
         returning = (old.bucket, old.left) if old is not None and old.left > 0 else None
@@ -172,7 +172,7 @@ class Budgets:
         # back was committed cannot be known for sure, and counting it twice would let more
         # through than the budget.)
         async with self._sessions() as session, session.begin():
-            lease = await policy.take_lease(
+            lease = await spending.take_lease(
                 session,
                 key[0],
                 value,
@@ -214,10 +214,10 @@ class Budgets:
 
     async def _give_back(self, key: _Key, lease: _Lease) -> None:
         left, lease.left = lease.left, 0  # a late give-back to it is lost, not double counted
-        kind = policy.VALUE if key[1] == policy.VALUE.rule else policy.FEE
+        kind = spending.VALUE if key[1] == spending.VALUE.rule else spending.FEE
         try:
             async with self._sessions() as session, session.begin():
-                await policy.give_back(session, key[0], lease.bucket, left, utcnow(), kind=kind)
+                await spending.give_back(session, key[0], lease.bucket, left, utcnow(), kind=kind)
         except Exception as exc:  # the database is down: the rest stays counted as spent
             log.warning(
                 "limits.budget_give_back_failed",

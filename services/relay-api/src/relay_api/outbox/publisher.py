@@ -21,9 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from relay_api import metrics
 from relay_api.outbox import repository
 from relay_api.outbox.queue import WorkQueue
-from relay_core.db.direct import DirectPool
 from relay_core.db.models import utcnow
 from relay_core.queue import TransactionMessage
+from relay_wire.direct import DirectPool
 
 log = logging.getLogger(__name__)
 

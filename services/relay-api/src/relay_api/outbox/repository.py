@@ -8,9 +8,9 @@ from datetime import datetime
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from relay_core.db.direct import DirectPool
 from relay_core.db.models import TRANSACTIONS, Transaction, utcnow
 from relay_core.statuses import TxStatus
+from relay_wire.direct import DirectPool
 
 
 async def unsent(
@@ -46,7 +46,7 @@ async def mark_enqueued(session: AsyncSession, ids: Collection[str]) -> None:
 
 
 async def mark_enqueued_direct(direct: DirectPool, ids: Collection[str]) -> None:
-    """:func:`mark_enqueued`, committed by itself, in one round trip (relay_core.db.direct)."""
+    """:func:`mark_enqueued`, committed by itself, in one round trip (relay_wire.direct)."""
     if not ids:
         return
     marks = ", ".join(["%s"] * len(ids))  # placeholders only: the ids go as parameters

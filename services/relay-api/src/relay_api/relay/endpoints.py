@@ -12,7 +12,7 @@ from relay_api import metrics
 from relay_api.auth.service import Caller
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
-from relay_api.relay import service
+from relay_api.relay import requests, service
 from relay_api.relay.schemas import (
     AcceptedResponse,
     DirectRequest,
@@ -80,15 +80,15 @@ async def accept_direct(
     body: DirectRequest, caller: Caller, runtime: Runtime, idempotency_key: str | None
 ) -> Json:
     """The route's work, also run by ``relay_api.fastpath`` for well-formed requests."""
-    key = service.check_idempotency_key(idempotency_key)
-    new = service.prepare_direct(body, runtime.settings)
+    key = requests.check_idempotency_key(idempotency_key)
+    new = requests.prepare_direct(body, runtime.settings)
     started = time.perf_counter()
     accepted = await _accept(runtime, caller, new, key)
     return _accepted(accepted, "direct", started)
 
 
 async def _accept(
-    runtime: Runtime, caller: Caller, new: service.NewTransaction, key: str | None
+    runtime: Runtime, caller: Caller, new: requests.NewTransaction, key: str | None
 ) -> service.Accepted:
     async with unit_of_work(runtime) as uow:
         return await service.accept(
@@ -119,10 +119,10 @@ async def submit_gasless(
     """Accept an EIP-712 signed ERC-2771 ForwardRequest; it is executed through the forwarder,
     in nonce order per signer. Sign for the domain of ``GET /relay/gasless/domain`` with the
     nonce of ``GET /relay/gasless/nonce/{address}`` (then the next ones)."""
-    key = service.check_idempotency_key(idempotency_key)
-    new = service.prepare_gasless(body, runtime.settings)
+    key = requests.check_idempotency_key(idempotency_key)
+    new = requests.prepare_gasless(body, runtime.settings)
     started = time.perf_counter()
-    await service.check_nonce_unused(runtime.rpc, service.gasless_domain(runtime.settings), new)
+    await requests.check_nonce_unused(runtime.rpc, requests.gasless_domain(runtime.settings), new)
     accepted = await _accept(runtime, caller, new, key)
     return _accepted(accepted, "gasless", started)
 
@@ -135,7 +135,7 @@ async def submit_gasless(
 )
 async def gasless_domain(caller: CallerDep, runtime: RuntimeDep) -> Json:
     """The EIP-712 domain and types a gasless request must be signed for."""
-    return Json(service.domain_view(service.gasless_domain(runtime.settings)))
+    return Json(requests.domain_view(requests.gasless_domain(runtime.settings)))
 
 
 @router.get(
@@ -158,9 +158,9 @@ async def gasless_nonce(
     runtime: RuntimeDep,
 ) -> Json:
     """The nonce the forwarder expects next from ``address``, read from the chain."""
-    domain = service.gasless_domain(runtime.settings)
-    checked = service.check_address_param(address)
-    nonce = await service.forwarder_nonce(runtime.rpc, domain, checked)
+    domain = requests.gasless_domain(runtime.settings)
+    checked = requests.check_address_param(address)
+    nonce = await requests.forwarder_nonce(runtime.rpc, domain, checked)
     return Json({"address": checked, "nonce": str(nonce)})
 
 

@@ -40,7 +40,7 @@ def new_row(**values: Any) -> dict[str, Any]:
 async def add(uow: UnitOfWork, row: dict[str, Any]) -> bool:
     """One Core INSERT of ``row`` (:func:`new_row`). Returns whether it is already committed:
     on MySQL, with nothing else done in the unit of work, the INSERT commits by itself as one
-    round trip on a driver connection, a prepared statement (relay_core.db.direct), and no
+    round trip on a driver connection, a prepared statement (relay_wire.direct), and no
     session is opened; otherwise the INSERT runs in the unit of work's session, for it to
     commit.
 

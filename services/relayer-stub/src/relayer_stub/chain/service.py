@@ -16,9 +16,8 @@ low", so a restarted stub, or another sender of the same account, cannot jam it.
 OpenZeppelin Relayer's permanent "nonce too high" jams, its issues #818 and #843, came from
 advancing the counter for a send the node never took.)
 
-A watcher follows the chain head, reads each new block's receipts, and moves the
-transactions it finds; one the node has forgotten (a restarted node with no pool) is
-broadcast again.
+Transactions are priced and signed by relayer_stub.chain.signing, and followed to their
+receipts by relayer_stub.chain.watcher.
 """
 
 from __future__ import annotations
@@ -32,25 +31,18 @@ from collections import deque
 from typing import Any
 
 from eth_account.signers.local import LocalAccount
-from eth_utils import to_checksum_address
 
 from relay_core import evm
+from relayer_stub.chain import signing
+from relayer_stub.chain.watcher import Watcher, node_has
 from relayer_stub.faults.service import FaultInjector
-from relayer_stub.lifecycle.service import (
-    EXPIRED_PENDING_REASON,
-    SPEED_PERCENT,
-    Lifecycle,
-    fallback_gas_limit,
-)
+from relayer_stub.lifecycle.service import EXPIRED_PENDING_REASON, Lifecycle
 from relayer_stub.transactions.models import Status, Transaction, now_rfc3339
 from relayer_stub.transactions.schemas import signing_problem
 
 log = logging.getLogger(__name__)
 
 REFUSALS_BEFORE_FAILING = 3
-GAS_MARGIN_PERCENT = 110  # upstream adds 10 % to an estimate
-REPLACEMENT_PRICE_PERCENT = 125  # a replacement must outbid the original (nodes want +10 %)
-FORGOTTEN_CHECK_S = 10.0  # how often submitted transactions without a receipt are checked
 
 
 class ChainLifecycle(Lifecycle):
@@ -69,20 +61,20 @@ class ChainLifecycle(Lifecycle):
         self._rpc = rpc
         self._signers = signers
         self._faults = faults
-        self._confirmations = confirmations
-        self._poll_interval_s = poll_interval_s
         self._priority_fee = priority_fee_wei
         self._chain_id: int | None = None
         self._queues: dict[str, deque[str]] = {rid: deque() for rid in signers}
         self._wake: dict[str, asyncio.Event] = {rid: asyncio.Event() for rid in signers}
         self._synced: set[str] = set()
-        self._watching: dict[str, str] = {}  # hash -> transaction id
-        # Hashes the node took since the watcher's last pass: their block may already have
-        # been read (with automine a send is mined before its broadcast returns).
-        self._fresh: set[str] = set()
-        self._mined: set[str] = set()
-        self._next_block: int | None = None
-        self._next_forgotten_check = 0.0
+        self._watcher = Watcher(
+            rpc,
+            self._store,
+            signers,
+            confirmations=confirmations,
+            poll_interval_s=poll_interval_s,
+            finish=self._finish,
+            changed=self._changed,
+        )
         self._tasks: list[asyncio.Task[None]] = []
         self.broadcasts = 0
         self.resends = 0
@@ -93,7 +85,7 @@ class ChainLifecycle(Lifecycle):
         super().start(loop)
         for relayer_id in self._signers:
             self._tasks.append(loop.create_task(self._send_loop(relayer_id), name="chain-send"))
-        self._tasks.append(loop.create_task(self._watch_loop(), name="chain-watch"))
+        self._tasks.append(loop.create_task(self._watcher.run(), name="chain-watch"))
 
     async def stop(self) -> None:
         for task in self._tasks:
@@ -108,19 +100,18 @@ class ChainLifecycle(Lifecycle):
         super().reset()
         for queue in self._queues.values():
             queue.clear()
-        self._watching.clear()
-        self._mined.clear()
+        self._watcher.reset()
         self._synced.clear()
 
     def stats(self) -> dict[str, Any]:
         return super().stats() | {
             "chain": {
                 "queued": {rid: len(q) for rid, q in self._queues.items()},
-                "watching": len(self._watching),
-                "mined_unconfirmed": len(self._mined),
+                "watching": len(self._watcher.watching),
+                "mined_unconfirmed": len(self._watcher.mined),
                 "broadcasts": self.broadcasts,
-                "resends": self.resends,
-                "next_block": self._next_block,
+                "resends": self.resends + self._watcher.resends,
+                "next_block": self._watcher.next_block,
             }
         }
 
@@ -148,9 +139,9 @@ class ChainLifecycle(Lifecycle):
             self._wake[tx.relayer_id].set()
         elif tx.status is Status.submitted:
             for tx_hash in tx.hashes or [tx.hash or ""]:
-                self._watching[tx_hash] = tx.id
+                self._watcher.watch(tx_hash, tx.id)
         elif tx.status is Status.mined:
-            self._mined.add(tx.id)
+            self._watcher.mined.add(tx.id)
 
     # -- the sender -------------------------------------------------------------------------------
 
@@ -218,64 +209,12 @@ class ChainLifecycle(Lifecycle):
             self._chain_id = await self._rpc.chain_id()
         tx.nonce = self._nonces[tx.relayer_id]
         if tx.gas_limit is None:
-            tx.gas_limit = await self._estimate(tx, signer.address)
+            tx.gas_limit = await signing.estimate(self._rpc, tx, signer.address)
         if tx.gas_price is None and tx.max_fee_per_gas is None:
-            tx.gas_price = await self._price(tx.speed or "fast")
-        self._sign_with(tx, signer)
+            tx.gas_price = await signing.price(self._rpc, tx.speed or "fast", self._priority_fee)
+        signing.sign(tx, signer, self._chain_id)
         tx.status = Status.sent
         self._changed(tx)
-
-    async def _price(self, speed: str) -> int:
-        """(The latest base fee + a tip) x the speed's factor. Not ``eth_gasPrice``: a dev
-        node suggests from recent transactions, which are ours, so each price would be the
-        last one x the factor, growing until the relayer cannot pay."""
-        block = await self._rpc.call("eth_getBlockByNumber", "latest", False)
-        base_fee = (block or {}).get("baseFeePerGas")
-        if base_fee is None:  # a chain without EIP-1559
-            base = await self._rpc.gas_price()
-        else:
-            base = int(base_fee, 16) + self._priority_fee
-        return base * SPEED_PERCENT[speed] // 100
-
-    async def _estimate(self, tx: Transaction, sender: str) -> int:
-        """As upstream: the node's estimate plus 10 %, or a fixed fallback when estimation
-        fails (a call that would revert is still sent, and fails on chain)."""
-        try:
-            estimate = await self._rpc.estimate_gas(
-                {"from": sender, "to": _address(tx.to), "data": tx.data or "0x", "value": tx.value}
-            )
-        except evm.RpcError as exc:
-            log.info(
-                "stub.chain.estimate_failed",
-                extra={"transaction_id": tx.id, "why": evm.decode_revert(exc.revert_data)},
-            )
-            return fallback_gas_limit(tx.data)
-        return estimate * GAS_MARGIN_PERCENT // 100
-
-    def _sign_with(self, tx: Transaction, signer: LocalAccount) -> None:
-        fields: dict[str, Any] = {
-            "nonce": tx.nonce,
-            "gas": tx.gas_limit,
-            "to": _address(tx.to),
-            "value": tx.value,
-            "data": tx.data or "0x",
-            "chainId": self._chain_id,
-        }
-        if tx.max_fee_per_gas is not None:
-            fields |= {
-                "maxFeePerGas": tx.max_fee_per_gas,
-                "maxPriorityFeePerGas": tx.max_priority_fee_per_gas,
-                "type": 2,
-            }
-        else:
-            fields["gasPrice"] = tx.gas_price
-        signed = signer.sign_transaction(fields)
-        tx.raw = "0x" + signed.raw_transaction.hex().removeprefix("0x")
-        tx.hash = "0x" + signed.hash.hex().removeprefix("0x")
-        tx.hashes.append(tx.hash)
-        v = int(signed.v)
-        r, s = f"{signed.r:064x}", f"{signed.s:064x}"
-        tx.signature = {"r": r, "s": s, "v": v, "sig": f"0x{r}{s}{v % 256:02x}"}
 
     async def _broadcast(self, tx: Transaction) -> bool:
         assert tx.raw is not None
@@ -301,7 +240,7 @@ class ChainLifecycle(Lifecycle):
                     log.info("stub.chain.resend", extra={"transaction_id": tx.id, "why": str(exc)})
                     continue
             except evm.RpcError as exc:
-                if await self._node_has(tx):
+                if await node_has(self._rpc, tx):
                     pass  # "already known" and the like: it is there
                 elif "nonce too low" in exc.message.lower():
                     # Someone else used this nonce: sign again with the node's pending nonce.
@@ -325,12 +264,6 @@ class ChainLifecycle(Lifecycle):
             self._taken(tx)
             return True
 
-    async def _node_has(self, tx: Transaction) -> bool:
-        try:
-            return await self._rpc.transaction(tx.hash or "") is not None
-        except evm.RpcUnavailable:
-            return False
-
     def _taken(self, tx: Transaction) -> None:
         """The node has ``tx``: its nonce is spent; the chain decides the rest."""
         assert tx.nonce is not None
@@ -340,114 +273,7 @@ class ChainLifecycle(Lifecycle):
             tx.status = Status.submitted
             tx.sent_at = now_rfc3339()
             self._changed(tx)
-        self._watching[tx.hash] = tx.id
-        self._fresh.add(tx.hash)
-
-    # -- the watcher ------------------------------------------------------------------------------
-
-    async def _watch_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self._poll_interval_s)
-            try:
-                await self._follow_head()
-            except (evm.RpcError, evm.RpcUnavailable) as exc:
-                log.info("stub.chain.watch_failed", extra={"error": str(exc)})
-            except Exception:
-                log.exception("stub.chain.watch_failed")
-
-    async def _follow_head(self) -> None:
-        fresh, self._fresh = self._fresh, set()
-        head = await self._rpc.block_number()
-        await self._resend_forgotten()
-        if self._next_block is None:
-            # Where to start: the oldest unsettled transaction may already be mined.
-            self._next_block = max(0, head - 1000) if (self._watching or self._mined) else head
-        while self._next_block <= head:
-            if self._watching:
-                receipts = await self._rpc.call("eth_getBlockReceipts", hex(self._next_block))
-                for receipt in receipts or []:
-                    tx_id = self._watching.get(str(receipt.get("transactionHash")))
-                    if tx_id is not None:
-                        await self._on_receipt(tx_id, receipt)
-            self._next_block += 1
-        for tx_hash in fresh:
-            tx_id = self._watching.get(tx_hash)
-            if tx_id is not None:
-                receipt = await self._rpc.receipt(tx_hash)
-                if receipt is not None:
-                    await self._on_receipt(tx_id, receipt)
-        for tx_id in list(self._mined):
-            tx = self._store.get(tx_id)
-            if tx is None or tx.is_final or tx.mined_block is None:
-                self._mined.discard(tx_id)
-            elif head - tx.mined_block + 1 >= self._confirmations:
-                self._mined.discard(tx_id)
-                tx.confirmed_at = now_rfc3339()
-                if tx.is_noop and not tx.is_canceled:
-                    self._finish(tx, Status.confirmed, None)  # upstream: an expiry no-op
-                else:
-                    self._finish(tx, Status.canceled if tx.is_canceled else Status.confirmed, None)
-
-    async def _resend_forgotten(self) -> None:
-        """A submitted transaction the node no longer knows (restarted without its pool) is
-        sent again, the same signed bytes; one whose nonce was used by another is failed."""
-        now = time.monotonic()
-        if now < self._next_forgotten_check:
-            return
-        self._next_forgotten_check = now + FORGOTTEN_CHECK_S
-        for tx_hash, tx_id in list(self._watching.items()):
-            tx = self._store.get(tx_id)
-            if tx is None or tx.is_final or tx.raw is None or tx_hash != tx.hash:
-                continue
-            if await self._rpc.transaction(tx_hash) is not None:
-                continue
-            try:
-                await self._rpc.send_raw(tx.raw)
-                self.resends += 1
-                log.warning("stub.chain.resent_forgotten", extra={"transaction_id": tx.id})
-            except evm.RpcError as exc:
-                if "nonce too low" in exc.message.lower() and not await self._node_has(tx):
-                    del self._watching[tx_hash]
-                    self._finish(
-                        tx, Status.failed, "dropped by the node, and its nonce used by another"
-                    )
-
-    async def _on_receipt(self, tx_id: str, receipt: dict[str, Any]) -> None:
-        tx = self._store.get(tx_id)
-        for tx_hash in [h for h, t in self._watching.items() if t == tx_id]:
-            del self._watching[tx_hash]
-        if tx is None or tx.is_final:
-            return
-        mined_hash = str(receipt["transactionHash"])
-        if mined_hash != tx.hash:
-            # The original won over its replacement (or the other way round).
-            tx.hash = mined_hash
-            tx.is_noop = tx.is_canceled = False
-        tx.mined_block = int(receipt["blockNumber"], 16)
-        if int(receipt.get("status", "0x1"), 16) == 0:
-            self._finish(tx, Status.failed, await self._revert_reason(tx))
-            return
-        tx.status = Status.mined
-        self._changed(tx)
-        self._mined.add(tx.id)
-
-    async def _revert_reason(self, tx: Transaction) -> str:
-        """Replay the call on the state it ran against to read why it reverted."""
-        assert tx.mined_block is not None
-        call = {
-            "from": self._signers[tx.relayer_id].address,
-            "to": tx.to,
-            "data": tx.data or "0x",
-            "value": tx.value,
-            "gas": tx.gas_limit,
-        }
-        try:
-            await self._rpc.eth_call(call, max(0, tx.mined_block - 1))
-        except evm.RpcError as exc:
-            return evm.decode_revert(exc.revert_data)
-        except evm.RpcUnavailable:
-            pass
-        return "execution reverted (receipt status 0)"
+        self._watcher.watch(tx.hash, tx.id, fresh=True)
 
     # -- cancel and expiry: a no-op at the same nonce ---------------------------------------------
 
@@ -461,16 +287,8 @@ class ChainLifecycle(Lifecycle):
         tx.is_canceled = tx.is_canceled or canceled
         if reason is not None:
             tx.status_reason = reason
-        if tx.gas_price is not None:
-            tx.gas_price = tx.gas_price * REPLACEMENT_PRICE_PERCENT // 100 + 1
-        else:
-            assert tx.max_fee_per_gas is not None
-            assert tx.max_priority_fee_per_gas is not None
-            tx.max_fee_per_gas = tx.max_fee_per_gas * REPLACEMENT_PRICE_PERCENT // 100 + 1
-            tx.max_priority_fee_per_gas = (
-                tx.max_priority_fee_per_gas * REPLACEMENT_PRICE_PERCENT // 100 + 1
-            )
-        self._sign_with(tx, self._signers[tx.relayer_id])
+        signing.outbid(tx)
+        signing.sign(tx, self._signers[tx.relayer_id], self._chain_id)
         log.info(
             "stub.chain.replaced",
             extra={"transaction_id": tx.id, "nonce": tx.nonce, "original": original},
@@ -490,9 +308,4 @@ class ChainLifecycle(Lifecycle):
                 "stub.chain.replacement_refused", extra={"transaction_id": tx.id, "why": str(exc)}
             )
             return
-        self._watching[tx.hash] = tx.id
-
-
-def _address(value: str | None) -> str | None:
-    """As upstream parses it: any case, no checksum check (a signer wants the checksum)."""
-    return None if value is None else to_checksum_address(value.lower())
+        self._watcher.watch(tx.hash, tx.id)

@@ -1,4 +1,4 @@
-"""relay_core.resp against the real Redis: pipelined answers matched in order, Redis's errors as
+"""relay_wire.resp against the real Redis: pipelined answers matched in order, Redis's errors as
 redis-py's exceptions (nested ones too), and a connection that breaks, goes silent or is told
 it is on a replica replaced by the next command."""
 
@@ -24,8 +24,8 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from relay_core.cache import connect
-from relay_core.localsqs import free_port
-from relay_core.resp import RespClient
+from relay_devstack.localsqs import free_port
+from relay_wire.resp import RespClient
 
 URL = "redis://127.0.0.1:6379/0"
 

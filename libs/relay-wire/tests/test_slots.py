@@ -1,4 +1,4 @@
-"""relay_core.slots: room for so many connections, waiters woken in turn, a wake never lost
+"""relay_wire.slots: room for so many connections, waiters woken in turn, a wake never lost
 to a waiter that left."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from relay_core.slots import Slots
+from relay_wire.slots import Slots
 
 
 async def test_room_is_counted_and_a_waiter_gives_up_at_its_deadline() -> None:

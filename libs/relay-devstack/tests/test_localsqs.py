@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from relay_core import localsqs
+from relay_devstack import localsqs
 
 
 def test_a_free_port_is_never_the_apis_port(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -29,7 +29,7 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
 from relay_core import evm
-from relay_core.localsqs import free_port, repo_root, stop_process
+from relay_devstack.localsqs import free_port, repo_root, stop_process
 
 DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337

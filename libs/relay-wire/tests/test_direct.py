@@ -1,4 +1,4 @@
-"""The direct pool (relay_core.db.direct): a statement committed by itself, statements sent
+"""The direct pool (relay_wire.direct): a statement committed by itself, statements sent
 together as one transaction in one round trip, fixed statements prepared once per
 connection, values converted as SQLAlchemy converts them, SQLAlchemy's exceptions, and a pool
 that keeps what is healthy and drops what is not."""
@@ -18,11 +18,12 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from relay_core.db import direct as direct_db
-from relay_core.db.direct import DirectPool
 from relay_core.db.engine import create_engine
 from relay_core.db.models import Timestamp
 from relay_core.settings import InfraSettings
+from relay_wire import direct as direct_db
+from relay_wire import statements
+from relay_wire.direct import DirectPool
 
 PROBE = Table(
     "probe",
@@ -197,7 +198,7 @@ def test_the_driver_is_pinned_past_cve_2025_65896_and_with_its_statement_cache()
     project = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
     (pin,) = [
         Requirement(line)
-        for line in project["project"]["optional-dependencies"]["db"]
+        for line in project["project"]["optional-dependencies"]["mysql"]
         if Requirement(line).name == "asyncmy"
     ]
     assert not pin.specifier.contains("0.2.17")
@@ -231,7 +232,7 @@ def _deadlocked_once(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         calls.append(sql)
         if len(calls) == 1:
             error = asyncmy.errors.OperationalError(1213, "Deadlock found")
-            raise direct_db._translate(sql, [], error, invalidated=False) from error
+            raise statements.translate(sql, [], error, invalidated=False) from error
         return await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
 
     monkeypatch.setattr(direct_db, "execute", deadlocked_once)

@@ -5,7 +5,7 @@ of CPU here (parameter validation, the event hooks, serialising, the retry handl
 docs/performance.md, issue 18): a fifth of the consumer's CPU per message and a tenth of the
 API's per request. :class:`SqsWire` sends exactly these three as SQS's JSON protocol (what
 botocore itself sends: ``X-Amz-Target: AmazonSQS.<Action>``, the same body, the same answer)
-over relay_core.http's keep-alive connections, signed with Signature Version 4 here
+over relay_wire.http's keep-alive connections, signed with Signature Version 4 here
 (``sign``, checked against botocore's signer in the tests), with the credentials and region
 of the aiobotocore client it wraps, whose refreshing credentials (ECS task role, SSO...) it
 reads at every call.
@@ -50,7 +50,7 @@ from urllib.parse import quote, unquote, urlsplit
 import orjson
 from botocore.exceptions import ClientError, NoCredentialsError
 
-from relay_core import http
+from relay_wire import http
 
 _CONTENT_TYPE = "application/x-amz-json-1.0"
 _RETRY_CODES = frozenset(

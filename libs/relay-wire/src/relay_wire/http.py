@@ -1,5 +1,5 @@
 """A small HTTP/1.1 client for the hot paths' own calls: the executor (one POST per message)
-and SQS's three batch calls (relay_core.sqswire).
+and SQS's three batch calls (relay_wire.sqswire).
 
 Why: through aiohttp one such request costs ~130 µs of the caller's CPU here, against ~20 µs
 on a connection of this module's own (docs/performance.md, issue 18): on the consumer, the
@@ -40,180 +40,36 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import re
 import ssl
 import time
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-import httptools
+from relay_wire.http1 import (
+    MAX_BODY,
+    AnswerTimeout,
+    BadAnswer,
+    Connection,
+    Disconnected,
+    HttpError,
+    NotSent,
+    Response,
+    encode_request,
+)
+from relay_wire.slots import Slots
 
-from relay_core.slots import Slots
+__all__ = [
+    "AnswerTimeout",
+    "BadAnswer",
+    "Disconnected",
+    "HttpClient",
+    "HttpError",
+    "NotSent",
+    "Response",
+    "query",
+]
 
 _IDEMPOTENT = frozenset({"GET", "PUT", "DELETE", "OPTIONS"})
-_MAX_BODY = 64 * 1024 * 1024
-# An answer's head: more is no answer of the servers these calls go to (nginx and uvicorn
-# refuse heads past 8-64 KiB), and httptools holds a header whole until its line ends.
-_MAX_HEAD_BYTES = 64 * 1024
-_MAX_HEADERS = 100
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # RFC 9110 §5.6.2
-# Methods and header names found to be tokens: a process sends the same few again and again,
-# so each is matched once (bounded, should names ever be built per request).
-_TOKENS: set[str] = set()
-_TOKENS_KEPT = 1024
-
-
-class HttpError(ConnectionError):
-    """A request that got no answer. ``sent``: whether it may have reached the server."""
-
-    sent = True
-
-
-class NotSent(HttpError):
-    """No connection for the request (``timeout``: none within the connect timeout):
-    certainly not received."""
-
-    sent = False
-
-    def __init__(self, message: str, *, timeout: bool = False) -> None:
-        super().__init__(message)
-        self.timeout = timeout
-
-
-class AnswerTimeout(HttpError, TimeoutError):
-    """Written, and no complete answer within the read timeout."""
-
-
-class Disconnected(HttpError):
-    """Written, and the connection was lost before the whole answer came."""
-
-
-class BadAnswer(HttpError):
-    """Written, and what came back was not HTTP (or too large)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    status: int
-    headers: dict[str, str]  # names in lower case; a repeated header's values joined by ", "
-    body: bytes
-
-
-class _Connection(asyncio.Protocol):
-    """One connection: a request at a time, its answer collected by the parser's callbacks."""
-
-    def __init__(self, max_body: int) -> None:
-        self.transport: asyncio.Transport | None = None
-        self.parser = httptools.HttpResponseParser(self)
-        self.max_body = max_body
-        self.answer: asyncio.Future[Response] | None = None
-        self.closed = False
-        self.answered = False  # a byte of the current answer has arrived
-        self.finished = False  # the current request's final answer is complete
-        self.idle_since = time.monotonic()
-        self._headers: dict[str, str] = {}
-        self._body: list[bytes] = []
-        self._size = 0
-        self._read = 0  # bytes read since the request was written
-        self._header_lines = 0
-        self._header_bytes = 0
-
-    # asyncio.Protocol
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self._fail(Disconnected("the connection was closed before the whole answer came"))
-
-    def data_received(self, data: bytes) -> None:
-        if self.answer is None:  # nothing asked: a server talking out of turn
-            self.close()
-            return
-        self.answered = True
-        self._read += len(data)
-        try:
-            self.parser.feed_data(data)
-        except httptools.HttpParserError as exc:
-            self._fail(BadAnswer(f"not an HTTP answer: {exc}"))
-            self.close()
-            return
-        # All read so far is head (no body yet, no end): a header line that does not end,
-        # which httptools would hold whole, is stopped here.
-        if self._read > _MAX_HEAD_BYTES and not self._size and not self.finished:
-            self._head_too_large()
-
-    # httptools callbacks
-    def on_message_begin(self) -> None:
-        if self.finished:  # another answer after the one asked for, in the same read
-            self.close()
-        self._headers = {}
-        self._body = []
-        self._size = 0
-        self._header_lines = 0
-        self._header_bytes = 0
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self._header_lines += 1
-        self._header_bytes += len(name) + len(value)
-        if self._header_lines > _MAX_HEADERS or self._header_bytes > _MAX_HEAD_BYTES:
-            self._head_too_large()
-            return
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        known = self._headers.get(key)
-        self._headers[key] = text if known is None else f"{known}, {text}"
-
-    def on_body(self, body: bytes) -> None:
-        self._size += len(body)
-        if self._size > self.max_body:
-            self._fail(BadAnswer(f"answer larger than {self.max_body} bytes"))
-            self.close()
-            return
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        status = self.parser.get_status_code()
-        if 100 <= status < 200:  # an interim answer (100 Continue...): the final one follows
-            return
-        answer, self.answer = self.answer, None
-        if answer is None or answer.done():
-            return
-        self.finished = True
-        if not self.parser.should_keep_alive():
-            self.close()
-        answer.set_result(Response(status, self._headers, b"".join(self._body)))
-
-    # the client's side
-    def send(self, request: bytes) -> asyncio.Future[Response]:
-        assert self.transport is not None
-        self.answer = asyncio.get_running_loop().create_future()
-        self.answered = False
-        self.finished = False
-        self._read = 0
-        self.transport.write(request)
-        return self.answer
-
-    def expire(self, after_s: float) -> None:
-        self._fail(AnswerTimeout(f"no answer within {after_s} s"))
-        self.close()
-
-    def close(self) -> None:
-        self.closed = True
-        if self.transport is not None:
-            self.transport.abort()
-
-    def _head_too_large(self) -> None:
-        self._fail(
-            BadAnswer(f"answer's head over {_MAX_HEAD_BYTES} bytes or {_MAX_HEADERS} headers")
-        )
-        self.close()
-
-    def _fail(self, error: HttpError) -> None:
-        answer, self.answer = self.answer, None
-        if answer is not None and not answer.done():
-            answer.set_exception(error)
 
 
 class HttpClient:
@@ -234,7 +90,7 @@ class HttpClient:
         read_timeout_s: float = 10.0,
         keepalive_s: float = 4.0,
         ssl_context: ssl.SSLContext | None = None,
-        max_body_bytes: int = _MAX_BODY,
+        max_body_bytes: int = MAX_BODY,
     ) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
@@ -254,7 +110,7 @@ class HttpClient:
         self._read_timeout_s = read_timeout_s
         self._keepalive_s = keepalive_s
         self._max_body = max_body_bytes
-        self._idle: collections.deque[_Connection] = collections.deque()
+        self._idle: collections.deque[Connection] = collections.deque()
         self._slots = Slots(max_connections)
         self._closed = False
         self.connects = 0  # (tests and the curious)
@@ -272,7 +128,7 @@ class HttpClient:
         ``Content-Length`` are added) and ``body``; the answer, whatever its status."""
         if method == "HEAD":
             raise ValueError("HEAD is not supported (its answer's length would be waited for)")
-        request = _request(method, target, self.authority, headers, body)
+        request = encode_request(method, target, self.authority, headers, body)
         read_timeout = self._read_timeout_s if timeout_s is None else timeout_s
         idempotent = method in _IDEMPOTENT
         resent = False
@@ -317,7 +173,7 @@ class HttpClient:
 
     # --- the pool -----------------------------------------------------------------------
 
-    async def _acquire(self) -> tuple[_Connection, bool]:
+    async def _acquire(self) -> tuple[Connection, bool]:
         """A connection, and whether it was used before."""
         deadline = time.monotonic() + self._connect_timeout_s
         while True:
@@ -347,12 +203,12 @@ class HttpClient:
                     timeout=True,
                 )
 
-    async def _connect(self, deadline: float) -> _Connection:
+    async def _connect(self, deadline: float) -> Connection:
         loop = asyncio.get_running_loop()
         try:
             async with asyncio.timeout(max(deadline - time.monotonic(), 0)):
                 _, conn = await loop.create_connection(
-                    lambda: _Connection(self._max_body),
+                    lambda: Connection(self._max_body),
                     self.host,
                     self.port,
                     ssl=self._ssl,
@@ -368,7 +224,7 @@ class HttpClient:
         self.connects += 1
         return conn
 
-    def _release(self, conn: _Connection) -> None:
+    def _release(self, conn: Connection) -> None:
         if conn.closed or self._closed:
             self._discard(conn)
             return
@@ -376,60 +232,9 @@ class HttpClient:
         self._idle.append(conn)
         self._slots.wake()
 
-    def _discard(self, conn: _Connection) -> None:
+    def _discard(self, conn: Connection) -> None:
         conn.close()
         self._slots.closed()
-
-
-def _request(
-    method: str, target: str, authority: str, headers: dict[str, str] | None, body: bytes | None
-) -> bytes:
-    if method not in _TOKENS:
-        _check_token("method", method)
-    if (
-        target[:1] != "/"
-        or not target.isascii()
-        # what would end the request line early or split it (other controls only earn a 400)
-        or " " in target
-        or "\r" in target
-        or "\n" in target
-        or "\t" in target
-        or "\0" in target
-    ):
-        raise ValueError(f"target {target!r}: a path and query in ASCII, percent-encoded")
-    lines = [f"{method} {target} HTTP/1.1"]
-    given = headers or {}
-    if "host" not in given and "Host" not in given:
-        lines.append(f"host: {authority}")
-    for name, value in given.items():
-        if name not in _TOKENS:
-            _check_token("header name", name)
-        if "\r" in value or "\n" in value or "\0" in value:
-            raise ValueError(f"header {name!r}: a line break or NUL would split the request")
-        lines.append(f"{name}: {value}")
-    if body is not None or method in ("POST", "PUT", "PATCH"):
-        lines.append(f"content-length: {len(body or b'')}")
-    try:
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    except UnicodeEncodeError:
-        name = next(name for name, value in given.items() if not _latin_1(value))
-        raise ValueError(f"header {name!r}: not latin-1 text (encode it, RFC 8187)") from None
-    return head + body if body else head
-
-
-def _check_token(kind: str, text: str) -> None:
-    if not isinstance(text, str) or _TOKEN.fullmatch(text) is None:
-        raise ValueError(f"{kind} {text!r} is not an HTTP token (RFC 9110 §5.6.2)")
-    if len(_TOKENS) < _TOKENS_KEPT:
-        _TOKENS.add(text)
-
-
-def _latin_1(text: str) -> bool:
-    try:
-        text.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def query(params: dict[str, Any] | None) -> str:

@@ -1,5 +1,5 @@
 """Room for at most so many open connections, and a queue of those waiting for one: the part
-the direct pool (relay_core.db.direct) and the HTTP client (relay_core.http) share. Each keeps
+the direct pool (relay_wire.direct) and the HTTP client (relay_wire.http) share. Each keeps
 its own idle connections and decides when one is still good; here only the count of open
 ones, who waits, and who is woken when one is given back or closed."""
 

@@ -1,4 +1,4 @@
-"""relay_core.sqswire: the hot SQS calls signed as botocore signs them, answered as botocore
+"""relay_wire.sqswire: the hot SQS calls signed as botocore signs them, answered as botocore
 answers them, and everything else left to botocore."""
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials, ReadOnlyCredentials
 from botocore.exceptions import ClientError
 
-from relay_core import localsqs
 from relay_core import queue as queue_mod
-from relay_core.sqswire import SqsWire
+from relay_devstack import localsqs
+from relay_wire.sqswire import SqsWire
 
 SECRET = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"
 
@@ -277,5 +277,5 @@ async def test_an_unreachable_endpoint_raises_a_connection_error() -> None:
     endpoint = f"http://127.0.0.1:{localsqs.free_port()}"
     config = queue_mod.client_config(_settings(), timeout_s=1.0, retries=1)
     async with _client(endpoint, config=config) as sqs:
-        with pytest.raises(ConnectionError):  # relay_core.http.NotSent
+        with pytest.raises(ConnectionError):  # relay_wire.http.NotSent
             await sqs.send_message_batch(QueueUrl=f"{endpoint}/1/q", Entries=[])

@@ -1,4 +1,4 @@
-"""relay_core.sqswire.sign_request against the AWS Signature Version 4 test suite
+"""relay_wire.sqswire.sign_request against the AWS Signature Version 4 test suite
 (aws-sig-v4-test-suite, 2015-08-30: credentials AKIDEXAMPLE, region us-east-1, service
 "service", 20150830T123600Z), the cases that apply to a service other than S3. Each expected
 signature is the suite's published one; each case is also signed by botocore's own SigV4
@@ -14,7 +14,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
-from relay_core.sqswire import Signed, sign_request
+from relay_wire.sqswire import Signed, sign_request
 
 ACCESS_KEY = "AKIDEXAMPLE"
 SECRET_KEY = "wJalrXUtnFEMI/K7MDENG+bPxRfiCYEXAMPLEKEY"

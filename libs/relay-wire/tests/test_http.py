@@ -1,4 +1,4 @@
-"""relay_core.http: keep-alive requests to one origin, answers parsed whatever their framing,
+"""relay_wire.http: keep-alive requests to one origin, answers parsed whatever their framing,
 and the line between a request that certainly never left and one the server may have seen."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from relay_core import http
-from relay_core.http import AnswerTimeout, BadAnswer, Disconnected, HttpClient, NotSent
+from relay_wire import http
+from relay_wire.http import AnswerTimeout, BadAnswer, Disconnected, HttpClient, NotSent
 
 JSON = b'{"ok":true}'
 

@@ -48,39 +48,42 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Sequence
-from datetime import datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import Column, Table
+from relay_wire.slots import Slots
+from relay_wire.sqlrows import Loader, Row, bind
+from relay_wire.statements import (
+    NO_BACKSLASH_ESCAPES,
+    code_of,
+    escape_with_backslashes,
+    execute,
+    fetch,
+    translate,
+    usable,
+)
+
+__all__ = ["DirectPool", "Loader", "Row", "bind", "execute", "fetch"]
+from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.orm import make_transient_to_detached
-from sqlalchemy.orm.attributes import instance_state
-
-from relay_core.settings import InfraSettings
-from relay_core.slots import Slots
 
 log = logging.getLogger(__name__)
 
-# asyncmy's client-side error numbers start here (CR_* codes: lost connection, cannot
-# connect...); below it the server answered and the connection is still in step, except for
-# the server's own goodbyes (killed, shutting down, idle too long: as SQLAlchemy's MySQL
-# dialect counts them).
-_CLIENT_ERRORS = 2000
-_SERVER_HUNG_UP = frozenset({1053, 1927, 4031})
-# SERVER_STATUS_NO_BACKSLASH_ESCAPES: the session's sql_mode has NO_BACKSLASH_ESCAPES
-_NO_BACKSLASH_ESCAPES = 0x200
-_BACKSLASH_ESCAPES_ON = (
-    "SET SESSION sql_mode = TRIM(BOTH ',' FROM "
-    "REPLACE(CONCAT(',', @@SESSION.sql_mode, ','), ',NO_BACKSLASH_ESCAPES,', ','))"
-)
 _DEADLOCK = 1213  # ER_LOCK_DEADLOCK: the server rolled the transaction back
 _DEADLOCK_TRIES = 3
 # Server-side prepared statements kept per connection: MySQL's max_prepared_stmt_count (16,382
 # by default) is shared by every connection of the server.
 _PREPARED_PER_CONNECTION = 8
+
+
+class PoolSettings(Protocol):
+    """What :meth:`DirectPool.opened` reads from a process's settings."""
+
+    database_direct_pool_size: int
+    database_pool_timeout_s: float
+    database_connect_timeout_s: float
 
 
 class DirectPool:
@@ -127,7 +130,7 @@ class DirectPool:
     @classmethod
     @contextlib.asynccontextmanager
     async def opened(
-        cls, engine: AsyncEngine, settings: InfraSettings
+        cls, engine: AsyncEngine, settings: PoolSettings
     ) -> AsyncIterator[DirectPool | None]:
         """A process's pool (``RELAY_DATABASE_DIRECT_POOL_SIZE``), closed when the block
         ends; ``None`` where there is none (SQLite, or the size set to 0)."""
@@ -190,7 +193,7 @@ class DirectPool:
                     counts = await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
                     return counts[1:-1] if several else counts
             except DBAPIError as exc:
-                if attempt + 1 == _DEADLOCK_TRIES or _code(exc) != _DEADLOCK:
+                if attempt + 1 == _DEADLOCK_TRIES or code_of(exc) != _DEADLOCK:
                     raise
                 log.info("db.direct.deadlock_retried", extra={"attempt": attempt + 1})
         raise AssertionError("unreachable")
@@ -220,7 +223,7 @@ class DirectPool:
                 raise RuntimeError("the direct pool is closed")
             while self._idle:
                 conn = self._idle.pop()  # the most recently used: warm, alive
-                if _usable(conn) and time.monotonic() - self._born[conn] < self._recycle_s:
+                if usable(conn) and time.monotonic() - self._born[conn] < self._recycle_s:
                     return conn
                 self._forget(conn)
             if self._slots.take():
@@ -237,10 +240,10 @@ class DirectPool:
         try:
             conn: Any = await self._asyncmy.connect(**self._connect_kwargs)
         except self._asyncmy.errors.Error as exc:
-            raise _translate("connect", (), exc, invalidated=True) from exc
-        if conn.server_status & _NO_BACKSLASH_ESCAPES:
+            raise translate("connect", (), exc, invalidated=True) from exc
+        if conn.server_status & NO_BACKSLASH_ESCAPES:
             try:
-                await _escape_with_backslashes(conn)
+                await escape_with_backslashes(conn)
             except BaseException:
                 conn.close()
                 raise
@@ -298,204 +301,3 @@ class DirectPool:
                 await asyncio.wait_for(conn.ensure_closed(), 1.0)
             self._forget(conn)
         self._slots.wake_all()
-
-
-async def _escape_with_backslashes(conn: Any) -> None:
-    """Take NO_BACKSLASH_ESCAPES out of ``conn``'s session (see the module's docstring)."""
-    await execute(conn, _BACKSLASH_ESCAPES_ON)
-    if conn.server_status & _NO_BACKSLASH_ESCAPES:
-        raise _translate(
-            "connect",
-            (),
-            _asyncmy_errors().OperationalError(
-                0, "the session's sql_mode keeps NO_BACKSLASH_ESCAPES: values cannot be escaped"
-            ),
-            invalidated=True,
-        )
-
-
-def _usable(conn: Any) -> bool:
-    return bool(conn.connected) and not getattr(conn, "_stream_broken", False)
-
-
-def _lost(conn: Any, exc: BaseException) -> bool:
-    """Whether ``exc`` left ``conn`` unusable (else the server answered and it is in step)."""
-    code = _code(exc)
-    if code is None or code <= 0 or code >= _CLIENT_ERRORS or code in _SERVER_HUNG_UP:
-        return True
-    return not _usable(conn)
-
-
-def _code(exc: BaseException) -> int | None:
-    """The MySQL error number of a driver error (or of the one a DBAPIError wraps)."""
-    if isinstance(exc, DBAPIError):
-        exc = exc.orig  # type: ignore[assignment]
-    code = exc.args[0] if exc.args else None
-    return code if isinstance(code, int) else None
-
-
-async def execute(
-    conn: Any, sql: str, args: Sequence[Any] = (), *, prepare: bool = False
-) -> list[int]:
-    """Run ``sql`` on ``conn`` in one round trip; each statement's affected rows. A driver
-    error comes out as SQLAlchemy's exception for it. ``prepare``: see :meth:`DirectPool.run`."""
-    counts, _ = await _send(conn, sql, args, rows=False, prepare=prepare)
-    return counts
-
-
-async def fetch(
-    conn: Any, sql: str, args: Sequence[Any] = (), *, prepare: bool = False
-) -> list[tuple[Any, ...]]:
-    """Run ``sql`` on ``conn`` in one round trip; the rows of its first statement."""
-    _, rows = await _send(conn, sql, args, rows=True, prepare=prepare)
-    return rows
-
-
-async def _send(
-    conn: Any, sql: str, args: Sequence[Any], *, rows: bool, prepare: bool = False
-) -> tuple[list[int], list[tuple[Any, ...]]]:
-    try:
-        async with conn.cursor() as cursor:
-            if prepare:  # asyncmy prepares it on first use and keeps it (stmt_cache_size)
-                await cursor.execute(sql, tuple(args))
-            else:
-                # The values escaped into the text here: given to execute, they would make
-                # asyncmy try to prepare every statement, a round trip each time for the
-                # ones built per call. A naive datetime goes as the text MySQL reads it
-                # back (asyncmy's own formatting of one costs four times as much).
-                text = sql
-                if args:
-                    text = cursor.mogrify(sql, tuple(map(_text_of_naive_datetime, args)))
-                await cursor.execute(text)
-            fetched = list(await cursor.fetchall()) if rows else []
-            counts = [cursor.rowcount]
-            while await cursor.nextset():
-                counts.append(cursor.rowcount)
-            # asyncmy keeps the connection's server status from a result only when it is not
-            # 0 (which, in autocommit mode, it never is); should a result say 0 (no
-            # transaction, autocommit off) the connection would still say "in a transaction"
-            # and be rolled back for nothing on its way back to the pool. The last result
-            # knows better.
-            last = getattr(cursor, "_result", None)
-            if last is not None:
-                conn.server_status = last.server_status
-            return counts, fetched
-    except Exception as exc:
-        errors = _asyncmy_errors()
-        if isinstance(exc, errors.Error):
-            raise _translate(sql, args, exc, invalidated=_lost(conn, exc)) from exc
-        raise
-
-
-def _text_of_naive_datetime(value: Any) -> Any:
-    if type(value) is datetime and value.tzinfo is None:
-        return value.isoformat(" ")  # '2026-11-26 01:02:03.456789', as asyncmy writes it
-    return value
-
-
-def _asyncmy_errors() -> Any:
-    import asyncmy.errors
-
-    return asyncmy.errors
-
-
-def _translate(sql: str, args: Sequence[Any], exc: Exception, *, invalidated: bool) -> DBAPIError:
-    shown = sql if len(sql) <= 400 else sql[:400] + "..."
-    # (a driver error always comes back as a DBAPIError subclass)
-    return DBAPIError.instance(  # type: ignore[return-value]
-        shown,
-        None if len(args) > 20 else list(args),
-        exc,
-        _asyncmy_errors().Error,
-        connection_invalidated=invalidated,
-    )
-
-
-class Row:
-    """One table's INSERT: the column list, its placeholders and the columns' bind
-    processors, built once."""
-
-    def __init__(self, table: Table, dialect: Dialect, columns: Sequence[str] | None = None):
-        chosen: list[Column[Any]] = [
-            table.c[name] for name in (columns or [c.key for c in table.columns])
-        ]
-        quote = dialect.identifier_preparer.quote
-        self.keys = [column.key for column in chosen]
-        self.processors = [
-            column.type.dialect_impl(dialect).bind_processor(dialect) for column in chosen
-        ]
-        # Identifiers from our own metadata, quoted; every value goes as a parameter.
-        names = ", ".join(quote(c.name) for c in chosen)
-        self.head = f"INSERT INTO {quote(table.name)} ({names}) VALUES "  # noqa: S608
-        self.placeholders = "(" + ", ".join(["%s"] * len(chosen)) + ")"
-
-    def values(self, row: dict[str, Any]) -> list[Any]:
-        out = []
-        for key, process in zip(self.keys, self.processors, strict=True):
-            value = row.get(key)
-            out.append(process(value) if process is not None else value)
-        return out
-
-    def insert(self, rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
-        """The multi-row INSERT of ``rows`` and its arguments."""
-        args: list[Any] = []
-        for row in rows:
-            args.extend(self.values(row))
-        return self.head + ", ".join([self.placeholders] * len(rows)), args
-
-
-def bind(table: Table, dialect: Dialect, column: str, value: Any) -> Any:
-    """``value`` as ``table.column``'s bind processor sends it."""
-    process = table.c[column].type.dialect_impl(dialect).bind_processor(dialect)
-    return process(value) if process is not None else value
-
-
-class Loader:
-    """Rows of one mapped class read on a driver connection, turned into the objects a
-    Session would have loaded and expunged (detached, no pending changes), with the columns'
-    own result processors (JSON through orjson)."""
-
-    def __init__(self, cls: type[Any], dialect: Dialect) -> None:
-        mapper = cls.__mapper__
-        table: Table = cls.__table__
-        quote = dialect.identifier_preparer.quote
-        self.cls = cls
-        self._mapper = mapper
-        self._new = mapper.class_manager.new_instance
-        self.keys = [mapper.get_property_by_column(column).key for column in table.columns]
-        self.processors = [
-            column.type.dialect_impl(dialect).result_processor(dialect, None)
-            for column in table.columns
-        ]
-        self._processed = [
-            (key, process)
-            for key, process in zip(self.keys, self.processors, strict=True)
-            if process is not None
-        ]
-        self._primary = [mapper.get_property_by_column(c).key for c in mapper.primary_key]
-        # Every attribute is a column read here: nothing is left to expire, so an object
-        # needs only its identity to be what make_transient_to_detached makes of it.
-        self._columns_only = set(mapper.attrs.keys()) == set(self.keys)
-        names = ", ".join(quote(column.name) for column in table.columns)
-        self.select = f"SELECT {names} FROM {quote(table.name)}"  # noqa: S608 (our metadata)
-
-    def objects(self, rows: Sequence[tuple[Any, ...]]) -> list[Any]:
-        out = []
-        keys, primary = self.keys, self._primary
-        for row in rows:
-            values = dict(zip(keys, row, strict=True))
-            for key, process in self._processed:
-                values[key] = process(values[key])
-            # As the ORM's own loading does: the instance made without __init__ and its state
-            # dict filled (no attribute events), then given its identity, history clear
-            # (~6 µs a row here, ~12 through make_transient_to_detached, ~33 through the
-            # constructor).
-            obj = self._new()
-            obj.__dict__.update(values)
-            if self._columns_only:  # a new instance's history is already clear
-                identity = [values[key] for key in primary]
-                instance_state(obj).key = self._mapper.identity_key_from_primary_key(identity)
-            else:
-                make_transient_to_detached(obj)
-            out.append(obj)
-        return out
