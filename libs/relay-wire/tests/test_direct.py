@@ -340,3 +340,26 @@ async def test_a_fixed_statement_is_prepared_once_per_connection_and_a_built_one
     assert [r[1] for r in await _rows(engine)] == ["p"] * 3 + ["u"] * 3
     with pytest.raises(ValueError, match="single statement"):
         await pool.run([insert_one, insert_one], [7, "x", 8, "x"], prepare=True)
+
+
+async def test_a_connect_cut_during_the_handshake_is_an_operational_error(
+    pool: DirectPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """asyncmy raises a bare RuntimeError when the connection it is opening is closed by the
+    other side during the handshake (a proxy that accepts and resets, a server going down):
+    callers must see the database unreachable (OperationalError, as a refused connect), not an
+    unexpected error; any other RuntimeError is left alone."""
+    raised: list[BaseException] = []
+
+    async def cut(**kwargs: object) -> object:
+        raise raised[-1]
+
+    monkeypatch.setattr(pool._asyncmy, "connect", cut)
+    raised.append(RuntimeError("Transport does not expose socket instance"))
+    with pytest.raises(OperationalError) as lost:
+        await pool.fetch("SELECT 1")
+    assert lost.value.connection_invalidated
+    assert "while connecting" in str(lost.value)
+    raised.append(RuntimeError("something else"))
+    with pytest.raises(RuntimeError, match="something else"):
+        await pool.fetch("SELECT 1")

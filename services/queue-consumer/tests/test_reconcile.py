@@ -184,3 +184,34 @@ async def test_rows_sent_to_a_queue_that_was_made_again_are_enqueued_again_at_on
         assert (await reconciler.requeue_lost()).requeued == 0  # once
     finally:
         await engine.dispose()
+
+
+async def test_a_consumer_started_after_the_queue_was_made_again_enqueues_what_it_lost(
+    database_url: str, sqs: Any, queues: tuple[str, str], consumer_settings: ConsumerSettings
+) -> None:
+    """The SQS server came back empty before this consumer started (a whole restart, or a
+    consumer slow to start): its first look at the queue finds rows enqueued before the queue
+    existed, whose messages died with the old server, and enqueues them again at once rather
+    than after reconcile_pending_after_s (two hours)."""
+    pending = seed_rows(database_url, 3)
+    set_rows(database_url, pending, enqueued_at=utcnow() - timedelta(seconds=30))
+    claimed = seed_rows(database_url, 1)
+    set_rows(
+        database_url,
+        claimed,
+        status="processing",
+        claimed_by="m@c",
+        claimed_at=utcnow(),
+        enqueued_at=utcnow() - timedelta(seconds=30),
+    )
+    await sqs.delete_queue(QueueUrl=queues[0])
+    await queue_mod.create_lane(sqs, consumer_settings, "normal")
+    engine = create_engine(consumer_settings)
+    reconciler = Reconciler(create_sessionmaker(engine), sqs, {"normal": queues}, consumer_settings)
+    try:
+        report = await reconciler.requeue_lost()
+        assert report.requeued == 3  # not the row a consumer is working on
+        assert await queue_depth(sqs, queues[0]) == 3
+        assert (await reconciler.requeue_lost()).requeued == 0  # once
+    finally:
+        await engine.dispose()

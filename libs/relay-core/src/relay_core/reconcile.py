@@ -103,7 +103,7 @@ class Reconciler:
 
     async def run_once(self) -> Report:
         report = Report()
-        await self._older_than_their_queue(report)
+        await self._older_than_their_queue(report, first_look=False)
         await self._stranded_pending(report)
         await self._lost_upstream(report)
         if report.requeued or report.dead_lettered or report.lost_upstream:
@@ -111,27 +111,37 @@ class Reconciler:
         return report
 
     async def requeue_lost(self) -> Report:
-        """Only the rows whose queue is younger than their message (after an SQS outage)."""
+        """Only the rows whose queue is younger than their message (after an SQS outage, or
+        a consumer started after one: the queue it first sees may be younger than rows whose
+        messages the lost server held)."""
         report = Report()
-        await self._older_than_their_queue(report)
+        await self._older_than_their_queue(report, first_look=True)
         if report.requeued:
             log.warning("reconcile.settled", extra=report.summary())
         return report
 
     # --- rows whose queue was made after their message ----------------------------------------
 
-    async def _older_than_their_queue(self, report: Report) -> None:
+    async def _older_than_their_queue(self, report: Report, *, first_look: bool) -> None:
+        """``first_look``: a queue this process has not seen before counts too (a consumer's
+        start); a pass of ``run_once`` only records it, leaving older rows to the DLQ's and the
+        stranded rows' own rules."""
         for lane, (queue_url, _) in self._lanes.items():
             created = await self._created(queue_url)
             if created is None:
                 continue
             known = self._queue_created.get(lane)
             self._queue_created[lane] = created
-            if known is None or created <= known:
+            if (known is None and not first_look) or (known is not None and created <= known):
                 continue
-            log.warning(
-                "reconcile.queue_made_again", extra={"lane": lane, "queueCreated": str(created)}
-            )
+            # A message sent before its queue existed is not in it, whether the queue was made
+            # again while this process watched or before it started (the first look: with a
+            # queue older than every waiting row, as in steady operation, it finds none).
+            if known is not None:
+                log.warning(
+                    "reconcile.queue_made_again",
+                    extra={"lane": lane, "queueCreated": str(created)},
+                )
             while True:
                 async with self._sessions() as session:
                     # SQS gives the creation time in whole seconds, rounded down: a message

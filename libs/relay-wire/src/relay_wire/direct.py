@@ -55,9 +55,11 @@ from relay_wire.sqlrows import Loader, Row, bind
 from relay_wire.statements import (
     NO_BACKSLASH_ESCAPES,
     code_of,
+    connect_cut,
     escape_with_backslashes,
     execute,
     fetch,
+    lost_while_connecting,
     translate,
     usable,
 )
@@ -241,6 +243,10 @@ class DirectPool:
             conn: Any = await self._asyncmy.connect(**self._connect_kwargs)
         except self._asyncmy.errors.Error as exc:
             raise translate("connect", (), exc, invalidated=True) from exc
+        except RuntimeError as exc:
+            if not connect_cut(exc):
+                raise
+            raise translate("connect", (), lost_while_connecting(exc), invalidated=True) from exc
         if conn.server_status & NO_BACKSLASH_ESCAPES:
             try:
                 await escape_with_backslashes(conn)

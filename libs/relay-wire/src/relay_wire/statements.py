@@ -40,6 +40,24 @@ async def escape_with_backslashes(conn: Any) -> None:
         )
 
 
+# What asyncmy raises, not as one of its errors, when the connection it is opening was closed
+# by the other side during the handshake (a proxy or load balancer that accepts and resets,
+# a server going down): the database did not answer, like a refused connect.
+_CONNECT_CUT = "Transport does not expose socket instance"
+
+
+def connect_cut(exc: BaseException) -> bool:
+    return isinstance(exc, RuntimeError) and _CONNECT_CUT in str(exc)
+
+
+def lost_while_connecting(exc: BaseException) -> Exception:
+    """The driver's own error for a connection lost while connecting (CR_SERVER_LOST)."""
+    error: Exception = asyncmy_errors().OperationalError(
+        2013, f"Lost connection to MySQL server while connecting ({exc})"
+    )
+    return error
+
+
 def usable(conn: Any) -> bool:
     return bool(conn.connected) and not getattr(conn, "_stream_broken", False)
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import sqlalchemy.exc
 
 from queue_consumer.retry import Failure
+from relay_wire.statements import connect_cut
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +43,8 @@ def circuit_open(retry_in_s: float) -> Outcome:
 
 
 def database_down(error: BaseException) -> bool:
-    """The database did not answer (rather than refusing a statement)."""
+    """The database did not answer (rather than refusing a statement); a connect the driver
+    saw cut during its handshake counts too, whichever pool opened it."""
     return isinstance(
         error,
         sqlalchemy.exc.OperationalError
@@ -50,7 +52,7 @@ def database_down(error: BaseException) -> bool:
         | sqlalchemy.exc.TimeoutError
         | OSError
         | TimeoutError,
-    )
+    ) or connect_cut(error)
 
 
 def of_error(exc: Exception, database_retry_in_s: float) -> Outcome | None:
