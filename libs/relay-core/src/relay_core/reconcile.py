@@ -17,9 +17,9 @@ cannot see them:
   empty), the new queue cannot hold a message sent before it existed. The rows that still
   need one (pending, or processing with no claim and nothing at the executor yet) and were
   enqueued before it are enqueued again at once, not after ``reconcile_pending_after_s``. The
-  consumer looks as soon as its receives work again after failing, besides every pass; a
-  process that starts after the change (and ``relay reconcile --once``) leaves those rows to
-  the pending rule.
+  consumer looks at its start (a queue seen for the first time counts: it may have come up
+  after the server came back empty) and as soon as its receives work again after failing;
+  ``relay reconcile --once`` leaves a queue it sees for the first time to the pending rule.
 * **A submitted row the executor has lost.** The tracker marks a row whose executor record
   answers 404 (``upstream_missing_since``). Once that is ``reconcile_missing_after_s`` old, the
   reconciler asks the executor once more (no answer: next pass; found again: the mark is
@@ -58,7 +58,6 @@ log = logging.getLogger(__name__)
 SOURCE = "reconciler"
 # The pipeline counts dead-lettered transactions by this event source.
 SOURCE_DLQ = "consumer.dlq"
-# How many dead-letter messages one pass reads to learn which rows they hold.
 
 
 @dataclass
@@ -111,9 +110,7 @@ class Reconciler:
         return report
 
     async def requeue_lost(self) -> Report:
-        """Only the rows whose queue is younger than their message (after an SQS outage, or
-        a consumer started after one: the queue it first sees may be younger than rows whose
-        messages the lost server held)."""
+        """Only the rows whose queue is younger than their message (see the module)."""
         report = Report()
         await self._older_than_their_queue(report, first_look=True)
         if report.requeued:
@@ -123,9 +120,7 @@ class Reconciler:
     # --- rows whose queue was made after their message ----------------------------------------
 
     async def _older_than_their_queue(self, report: Report, *, first_look: bool) -> None:
-        """``first_look``: a queue this process has not seen before counts too (a consumer's
-        start); a pass of ``run_once`` only records it, leaving older rows to the DLQ's and the
-        stranded rows' own rules."""
+        """``first_look``: a queue not seen before counts too (run_once only records it)."""
         for lane, (queue_url, _) in self._lanes.items():
             created = await self._created(queue_url)
             if created is None:
@@ -134,14 +129,9 @@ class Reconciler:
             self._queue_created[lane] = created
             if (known is None and not first_look) or (known is not None and created <= known):
                 continue
-            # A message sent before its queue existed is not in it, whether the queue was made
-            # again while this process watched or before it started (the first look: with a
-            # queue older than every waiting row, as in steady operation, it finds none).
-            if known is not None:
-                log.warning(
-                    "reconcile.queue_made_again",
-                    extra={"lane": lane, "queueCreated": str(created)},
-                )
+            if known is not None:  # (a first look at a queue older than every row finds none)
+                made = {"lane": lane, "queueCreated": str(created)}
+                log.warning("reconcile.queue_made_again", extra=made)
             while True:
                 async with self._sessions() as session:
                     # SQS gives the creation time in whole seconds, rounded down: a message
