@@ -76,7 +76,8 @@ test: install tools chain pipeline-deps ## run every test (needs MariaDB and Red
 
 .PHONY: test-faults
 test-faults: install tools chain ## the outage scenarios on the shipped defaults, every lane, real processes (~10 min; a CI step)
-	$(UV) run --locked pytest -m faults tests/faults -n $(TEST_WORKERS)
+	$(UV) run --locked pytest -m "faults and not solo" tests/faults -n $(TEST_WORKERS)
+	$(UV) run --locked pytest -m "faults and solo" tests/faults
 
 .PHONY: test-ops
 test-ops: install tools ## the operator's tools at scale on real processes (pause/drain/resume; a CI step)

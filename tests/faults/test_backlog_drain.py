@@ -19,7 +19,9 @@ from rig import Rig, seed, send_to_lanes, settle, tally
 
 from relay_core.db.models import utcnow
 
-pytestmark = [pytest.mark.faults, pytest.mark.timeout(900)]
+# solo: a ratio of two throughputs measured a minute apart; beside other fault scenarios on
+# two cores, their changing load moved it by a third (make test-faults runs it alone, after).
+pytestmark = [pytest.mark.faults, pytest.mark.solo, pytest.mark.timeout(900)]
 
 COUNT = 4000
 STORM_S = 30.0
