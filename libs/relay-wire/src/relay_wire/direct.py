@@ -51,7 +51,7 @@ from collections.abc import AsyncIterator, Sequence
 from typing import Any, Protocol
 
 from relay_wire.slots import Slots
-from relay_wire.sqlrows import Loader, Row, bind
+from relay_wire.sqlrows import Loader, Row
 from relay_wire.statements import (
     NO_BACKSLASH_ESCAPES,
     code_of,
@@ -64,7 +64,7 @@ from relay_wire.statements import (
     usable,
 )
 
-__all__ = ["DirectPool", "Loader", "Row", "bind", "execute", "fetch"]
+__all__ = ["DirectPool", "execute", "fetch"]
 from sqlalchemy import Table
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -116,7 +115,6 @@ class Receiver:
         self.sqs_back = sqs_back
         self.wait_time_s = settings.consumer_wait_time_s
         self.in_receive: set[asyncio.Task[Any]] = set()  # pollers inside a ReceiveMessage
-        self.last_poll = time.monotonic()
         self.sqs_failing = False
 
     async def poll(self, lane: Lane, index: int, stopping: asyncio.Event) -> None:
@@ -167,7 +165,6 @@ class Receiver:
         if self.sqs_failing:
             self.sqs_failing = False
             self.sqs_back()
-        self.last_poll = time.monotonic()
         lane.quiet = not messages
         return messages
 
