@@ -1,14 +1,17 @@
 """Chain mode, measured once: transactions confirmed per second through the whole system.
 
-``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]``
+``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]
+[--relayers 1,4]``
 
 The API, one consumer and the relayer-stub in chain mode (signing and broadcasting on anvil,
 statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
-``make bench``. Transactions are submitted as fast as 32 concurrent clients can; the clock
-runs from the first 202 to the last ``confirmed`` row. Direct ones are 1-wei transfers to one
-payee (its balance must end at the count); gasless ones are ``RelayRecipient.record`` calls
-from distinct signers (each signer's first nonce), executed through the forwarder. Writes
-``bench/results/chain-<kind>-<UTC time>.json``.
+``make bench``; with ``--relayers 1,4`` the same measure once per pool size (the stub serving
+that many relayers, each its own anvil account and serial sender, and Relay spreading over
+them), in one run, with the rates' ratio. Transactions are submitted as fast as 32
+concurrent clients can; the clock runs from the first 202 to the last ``confirmed`` row.
+Direct ones are 1-wei transfers to one payee (its balance must end at the count); gasless
+ones are ``RelayRecipient.record`` calls from distinct signers (each signer's first nonce),
+executed through the forwarder. Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
 from __future__ import annotations
@@ -83,7 +86,9 @@ def _percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
 
 
-async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str, Any]:
+async def measure(
+    transactions: int, kind: str, block_time_s: float, relayers: int = 1
+) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
     async with Run.open(workdir, "ministack") as run:
         chain = localchain.start(block_time_s=block_time_s, log_path=workdir / "anvil.log")
@@ -91,6 +96,7 @@ async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str
             deployment = await localchain.deploy(chain.rpc_url)
             api_port = free_port()
             api_url = f"http://127.0.0.1:{api_port}"
+            pool = ",".join(f"relayer-{n}" for n in range(1, relayers + 1))
             stub_dir = workdir / "chain-stub"
             stub_dir.mkdir()
             stub = start_stub(
@@ -100,6 +106,7 @@ async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str
                 STUB_LOG_LEVEL="WARNING",
                 STUB_WEBHOOK_URL=f"{api_url}/api/v1/webhooks/oz-relayer",
                 STUB_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
+                STUB_RELAYER_IDS=pool,
             )
             run.extra_stubs.append(stub)
             database_url = run.database("chain")
@@ -111,6 +118,7 @@ async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str
                 "RELAY_CHAIN_RPC_URL": chain.rpc_url,
                 "RELAY_CHAIN_ID": str(deployment.chain_id),
                 "RELAY_FORWARDER_ADDRESS": deployment.forwarder,
+                "RELAY_EXECUTOR_RELAYERS": pool,
             }
             api_env = {
                 **run.api_env(database_url, queue),
@@ -127,7 +135,12 @@ async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str
             payee = Account.create().address
             bodies = await _bodies(api_url, key, kind, transactions, deployment, payee)
             assert stub.process is not None
-            pids = {"api": api.pid, "consumer": consumer.pid, "stub": stub.process.pid}
+            pids = {
+                "api": api.pid,
+                "consumer": consumer.pid,
+                "stub": stub.process.pid,
+                "anvil": chain.process.pid,
+            }
             before = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
             started = time.monotonic()
             await _submit(api_url, key, kind, bodies)
@@ -169,7 +182,13 @@ async def measure(transactions: int, kind: str, block_time_s: float) -> dict[str
                     "max": round(max(latencies), 3),
                     "mean": round(statistics.fmean(latencies), 3),
                 },
+                "relayers": relayers,
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
+                # Relay's own processes (the executor's webhooks and the tracker included)
+                "relay_cpu_ms_per_confirmed": round(
+                    1000 * sum(after[k] - before[k] for k in ("api", "consumer")) / transactions,
+                    2,
+                ),
                 "stub_stats": await _stub_stats(stub.base_url),
             }
         finally:
@@ -240,8 +259,21 @@ def main() -> int:
     parser.add_argument("--transactions", type=int, default=1000)
     parser.add_argument("--kind", choices=("direct", "gasless"), default="direct")
     parser.add_argument("--block-time", type=float, default=0.0, help="0: a block per send")
+    parser.add_argument(
+        "--relayers",
+        default="1",
+        help="pool sizes to measure one after the other in this run, e.g. 1,4 (the first is "
+        "the base of the rates' ratio)",
+    )
     args = parser.parse_args()
-    result = asyncio.run(measure(args.transactions, args.kind, args.block_time))
+    sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
+    runs = [
+        asyncio.run(measure(args.transactions, args.kind, args.block_time, size)) for size in sizes
+    ]
+    result: dict[str, Any] = runs[0] if len(runs) == 1 else {"runs": runs}
+    if len(runs) > 1:
+        base = runs[0]["confirmed_per_s"]
+        result["ratio_to_first"] = [round(r["confirmed_per_s"] / base, 2) for r in runs]
     result["machine"] = {"cpus": os.cpu_count()}
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     path = RESULTS / f"chain-{args.kind}-{stamp}.json"

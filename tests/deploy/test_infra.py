@@ -36,6 +36,7 @@ SECRET_NAMES = {
     "RELAY_WEBHOOK_SIGNING_KEY",
     "RELAY_DATABASE_URL",
     "RELAY_REDIS_URL",
+    "RELAY_EXECUTOR_RELAYERS",  # the relayer pool holds each relayer's key
 }
 API_SECRETS = {"DATABASE_URL", "REDIS_URL", "RELAY_EXECUTOR_API_KEY", "RELAY_WEBHOOK_SIGNING_KEY"}
 CONSUMER_SECRETS = {"DATABASE_URL", "REDIS_URL", "RELAY_EXECUTOR_API_KEY"}
@@ -86,6 +87,20 @@ def load_template() -> dict[str, Any]:
 
 
 # --- reading intrinsic functions ------------------------------------------------------------
+
+
+def if_set(items: list[Any]) -> list[tuple[Any, bool]]:
+    """Each item, with whether it is optional: ``!If [Cond, item, !Ref AWS::NoValue]`` is the
+    item when its condition holds (an optional secret)."""
+    found = []
+    for item in items:
+        if isinstance(item, dict) and "Fn::If" in item:
+            _, then, otherwise = item["Fn::If"]
+            assert ref(otherwise) == "AWS::NoValue", item
+            found.append((then, True))
+        else:
+            found.append((item, False))
+    return found
 
 
 def getatt(value: Any) -> tuple[str, str] | None:
@@ -355,15 +370,18 @@ def task_problems(template: dict[str, Any]) -> list[str]:
         for key, value in env.items():
             if isinstance(value, str) and "://" in value and "@" in value:
                 problems.append(f"{name}: {key} looks like a URL with credentials")
-        secrets = {item["Name"]: item["ValueFrom"] for item in definition.get("Secrets", [])}
+        secrets = {
+            item["Name"]: (item["ValueFrom"], optional)
+            for item, optional in if_set(definition.get("Secrets", []))
+        }
         missing = sorted(expected - set(secrets))
         if missing:
             problems.append(f"{name}: not from Secrets Manager: {missing}")
-        for key, value_from in secrets.items():
+        for key, (value_from, optional) in secrets.items():
             parameter = template.get("Parameters", {}).get(ref(value_from) or "", {})
-            if (
-                "secretsmanager" not in parameter.get("AllowedPattern", "")
-                or "Default" in parameter
+            # A required secret has no default; an optional one defaults to none at all.
+            if "secretsmanager" not in parameter.get("AllowedPattern", "") or (
+                "Default" in parameter and not (optional and parameter["Default"] == "")
             ):
                 problems.append(f"{name}: {key} must come from a Secrets Manager ARN parameter")
         if env.get("RELAY_ENV") != "production":
@@ -402,12 +420,12 @@ def iam_problems(template: dict[str, Any]) -> list[str]:
             problems.append(f"{task_definition} must use {role}")
         wanted = {
             ref(item["ValueFrom"])
-            for item in container(template, task_definition).get("Secrets", [])
+            for item, _ in if_set(container(template, task_definition).get("Secrets", []))
         }
         readable: set[str | None] = set()
         for policy in props(template, role).get("Policies", []):
             for statement in policy["PolicyDocument"]["Statement"]:
-                for resource in listify(statement.get("Resource", [])):
+                for resource, _ in if_set(listify(statement.get("Resource", []))):
                     readable.add(ref(resource) if isinstance(resource, dict) else resource)
         if readable != wanted:
             problems.append(f"{role} must read exactly its task's secrets, reads {readable}")

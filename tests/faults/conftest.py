@@ -12,21 +12,12 @@ from typing import Any
 
 import pymysql
 import pytest
-from rig import Processes, Rig
+from rig import STUB_LIFECYCLE, Processes, Rig
 from sqlalchemy.engine import make_url
 
 from relay_core import queue as queue_mod
 from relay_core.settings import InfraSettings
 from relay_testkit import Stub, start_stub
-
-# The executor walks every transaction to `confirmed` quickly; the consumers' tracker follows.
-STUB_LIFECYCLE = {
-    "paused": False,
-    "delay_sent_ms": 50,
-    "delay_submitted_ms": 50,
-    "delay_mined_ms": 50,
-    "delay_confirmed_ms": 50,
-}
 
 
 @pytest.fixture(scope="session", autouse=True)

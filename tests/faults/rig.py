@@ -46,6 +46,15 @@ def speed_of(shape: str, index: int) -> str:
     return SPEEDS[lane_of(shape, index)][index // 2 % 2]
 
 
+# The executor walks every transaction to `confirmed` quickly; the consumers' tracker follows.
+STUB_LIFECYCLE = {
+    "paused": False,
+    "delay_sent_ms": 50,
+    "delay_submitted_ms": 50,
+    "delay_mined_ms": 50,
+    "delay_confirmed_ms": 50,
+}
+
 RECOVERY_GRACE_S = 60.0  # past the fault's end, on top of the backlog's drain time
 
 

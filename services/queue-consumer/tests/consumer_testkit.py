@@ -177,13 +177,15 @@ def set_rows(database_url: str, ids: list[str], **values: Any) -> None:
     engine.dispose()
 
 
-def submit_to_stub(stub: Stub, requests: list[dict[str, Any]]) -> list[str]:
+def submit_to_stub(
+    stub: Stub, requests: list[dict[str, Any]], relayer: str = "relayer-1"
+) -> list[str]:
     """Send transactions to the executor directly (as an earlier attempt, or other traffic)."""
     ids: list[str] = []
     with httpx.Client(base_url=stub.base_url, timeout=30) as http:
         for request in requests:
             response = http.post(
-                "/api/v1/relayers/relayer-1/transactions",
+                f"/api/v1/relayers/{relayer}/transactions",
                 json={"speed": "fast", **request},
                 headers={"Authorization": f"Bearer {STUB_DEV_KEY}"},
             )

@@ -59,7 +59,9 @@ async def test_an_incomplete_lookup_never_resubmits_and_a_complete_one_adopts(
     await send_messages(sqs, queues[0], ids)
 
     short = await run_consumer(executor_list_page_size=10, consumer_lookup_max_pages=3)
-    await wait_until(lambda: short.submitter.lookup.incomplete >= 2, 30, "two short lookups")
+    await wait_until(
+        lambda: short.pool.member(None).lookup.incomplete >= 2, 30, "two short lookups"
+    )
     short.stopping.set()
     await asyncio.sleep(0.5)
     assert stub.ledger_count() == 301, "an incomplete read led to a resubmission"
@@ -162,7 +164,7 @@ async def test_an_executor_failing_every_call_in_doubt_is_given_up_only_after_a_
     await wait_until(lambda: status_counts(database_url) == {"failed": 1}, 60, "budget spent")
     row = rows(database_url)[0]
     assert "no attempt got an answer from the executor" in row["error"]
-    assert consumer.submitter.lookup.scans >= 1
+    assert consumer.pool.member(None).lookup.scans >= 1
     assert stub.ledger_count() == 0
 
 

@@ -148,7 +148,7 @@ def test_fault_injection_is_off_outside_development(consumer_settings: Any) -> N
         settings = consumer_settings.model_copy(update={"environment": environment})
         os.environ["RELAY_CONSUMER_FAULT"] = "exit-after-submit"
         try:
-            submitter = Submitter(settings, *[None] * 6)  # type: ignore[arg-type]
+            submitter = Submitter(settings, *[None] * 4)  # type: ignore[arg-type]
         finally:
             del os.environ["RELAY_CONSUMER_FAULT"]
         assert submitter._fault == fault, environment

@@ -1,40 +1,47 @@
 """Invariant 9 as a stateful property: from any reachable state, work waiting in an unpaused
-lane with an answering executor is received within seconds.
+lane with a relayer that answers and is healthy is received within seconds.
 
 A small discrete-time model of one consumer drives the real pieces that decide whether
 anything is received: ``receiving.decide`` (each poller's next step), ``receiving.probe_due``
-(the consumer's own probe), the real :class:`CircuitBreaker` on the model's clock, and the real
-``plan_retry`` (how long a message is hidden after an attempt). Around them the model keeps
+(the consumer's own probe of each relayer), the real relayer :class:`Pool` (one or three
+relayers, each with its real :class:`CircuitBreaker` on the model's clock; its routing and
+its face of one circuit), and the real ``plan_retry`` (how long a message is hidden after an
+attempt). Around them the model keeps
 what SQS and the executor would: each lane's messages with their visibility, pollers in a long
 poll, calls in flight, the in-flight cap, gasless requests held for a predecessor, and the
-operator's pause switch. Hypothesis injects outages, recoveries, arrivals on either lane,
-pauses, resumes and the passing of time, and after every step checks that no lane has had
-visible work, no pause and an answering executor for longer than ``BOUND_S`` without a receive
-that brought some of it in.
+operator's pause switch. Hypothesis injects outages of one relayer or all, recoveries, jams
+(the watch's verdict), arrivals on either lane, pauses, resumes and the passing of time, and
+after every step checks that no lane has had visible work, no pause and a healthy answering
+relayer for longer than ``BOUND_S`` without a receive that brought some of it in.
 """
 
 from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from queue_consumer.circuit import CircuitBreaker, CircuitOpen
+from queue_consumer.circuit import CircuitBreaker, CircuitOpen, ExecutorGuard
 from queue_consumer.lanes import Lane
+from queue_consumer.pool import Member, Pool
 from queue_consumer.retry import Failure, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages import receiving
 from queue_consumer.stages.outcome import Outcome, circuit_open
 from relay_core.executor import ErrorKind, ExecutorError
+from relay_core.pool import RelayerState
+from relay_core.relayers import RelayerSpec
 
 SHIPPED = ConsumerSettings(environment="test")
 STEP_S = 0.25
 CALL_S = 0.25  # an executor call, answered or refused
 BOUND_S = 10.0  # invariant 9: the backlog starts moving within 10 s
 LANES = ("normal", "fast")
+DIRECT = SimpleNamespace(type="direct", request={})  # what the routing reads of a row
 
 
 @dataclass(eq=False)
@@ -63,13 +70,15 @@ class Call:
     done_at: float
     probe: bool
     message: Message | None  # None: the consumer's own probe
+    member: Member
 
 
 @dataclass
 class Model:
     capacity: int
+    relayers: int = 1
     now: float = 1000.0
-    executor_up: bool = True
+    up: list[bool] = field(default_factory=list)  # each relayer answers
     predecessor_done: bool = False
     messages: list[Message] = field(default_factory=list)
     calls: list[Call] = field(default_factory=list)
@@ -80,12 +89,26 @@ class Model:
     rng: random.Random = field(default_factory=lambda: random.Random(7))
 
     def __post_init__(self) -> None:
-        self.breaker = CircuitBreaker(
-            failure_threshold=SHIPPED.circuit_failure_threshold,
-            cooldown_s=SHIPPED.circuit_cooldown_s,
-            cooldown_cap_s=SHIPPED.circuit_cooldown_cap_s,
+        members = []
+        for i in range(self.relayers):
+            breaker = CircuitBreaker(
+                failure_threshold=SHIPPED.circuit_failure_threshold,
+                cooldown_s=SHIPPED.circuit_cooldown_s,
+                cooldown_cap_s=SHIPPED.circuit_cooldown_cap_s,
+                clock=lambda: self.now,
+            )
+            spec = RelayerSpec(f"relayer-{i + 1}", "", "", 0)
+            guard = ExecutorGuard(breaker, SHIPPED.executor_max_in_flight)
+            members.append(Member(spec, None, guard, None))  # type: ignore[arg-type]
+        self.pool = Pool(
+            members,
+            "relayer-1",
+            ordered_by_chain=True,
             clock=lambda: self.now,
+            watch_interval_s=SHIPPED.relayer_watch_interval_s,
         )
+        self.members = list(self.pool.members.values())
+        self.up = [True] * self.relayers
         self.policy = Policy(
             max_receive_count=SHIPPED.queue_max_receive_count,
             base_s=SHIPPED.consumer_backoff_base_s,
@@ -168,7 +191,7 @@ class Model:
             return
         if not self._awake(poller):
             return
-        decision = receiving.decide(poller.lane, [self.breaker])
+        decision = receiving.decide(poller.lane, [self.pool])
         poller.until = poller.circuit_changes = None
         poller.switch = False
         if isinstance(decision, receiving.Wait):
@@ -184,7 +207,7 @@ class Model:
     def _awake(self, poller: Poller) -> bool:
         if poller.switch:
             return poller.lane.receiving.is_set()
-        if poller.circuit_changes is not None and poller.circuit_changes != self.breaker.changes:
+        if poller.circuit_changes is not None and poller.circuit_changes != self.pool.changes:
             return True
         if poller.until is not None:
             return self.now >= poller.until
@@ -214,28 +237,33 @@ class Model:
         if message.held and not self.predecessor_done:
             self._hide(message, Outcome(Failure.held, retry_after_s=SHIPPED.consumer_nonce_poll_s))
             return
+        member = self.pool.choose(DIRECT)  # type: ignore[arg-type]
+        if member is None:
+            self._hide(message, circuit_open(self.pool.retry_in()))
+            return
         try:
-            probe = self.breaker.admit()
+            probe = member.breaker.admit()
         except CircuitOpen as exc:
             self._hide(message, circuit_open(exc.retry_in_s))
             return
-        self.calls.append(Call(self.now + CALL_S, probe, message))
+        self.calls.append(Call(self.now + CALL_S, probe, message, member))
 
     def _probe(self) -> None:
-        if receiving.probe_due(self.breaker):
-            self.calls.append(Call(self.now + CALL_S, self.breaker.admit(), None))
+        for member in self.members:
+            if receiving.probe_due(member.breaker):
+                self.calls.append(Call(self.now + CALL_S, member.breaker.admit(), None, member))
 
     def _finish_calls(self) -> None:
         for call in [c for c in self.calls if c.done_at <= self.now]:
             self.calls.remove(call)
-            if self.executor_up:
-                self.breaker.record(None, probe=call.probe)
+            if self.up[self.members.index(call.member)]:
+                call.member.breaker.record(None, probe=call.probe)
                 if call.message is not None:
                     self.messages.remove(call.message)
                     self.executed += 1
             else:
                 error = ExecutorError(ErrorKind.rate_limited, "429", retry_after_s=2)
-                self.breaker.record(error, probe=call.probe)
+                call.member.breaker.record(error, probe=call.probe)
                 if call.message is not None:
                     call.message.attempts += 1
                     failed = Outcome(
@@ -258,7 +286,11 @@ class Model:
 
     def _watch(self) -> None:
         for name, lane in self.lanes.items():
-            waiting = lane.receiving.is_set() and self.executor_up and self.visible(name, 1)
+            serving = any(
+                up and member.health is RelayerState.ok
+                for up, member in zip(self.up, self.members, strict=True)
+            )
+            waiting = lane.receiving.is_set() and serving and self.visible(name, 1)
             if not waiting:
                 self.starved_since[name] = None
             elif self.starved_since[name] is None:
@@ -268,9 +300,12 @@ class Model:
 class ReceivingMachine(RuleBasedStateMachine):
     model: Model
 
-    @initialize(capacity=st.sampled_from([1, 4, SHIPPED.consumer_concurrency]))
-    def start(self, capacity: int) -> None:
-        self.model = Model(capacity)
+    @initialize(
+        capacity=st.sampled_from([1, 4, SHIPPED.consumer_concurrency]),
+        relayers=st.sampled_from([1, 3]),
+    )
+    def start(self, capacity: int, relayers: int) -> None:
+        self.model = Model(capacity, relayers)
 
     @rule(lane=st.sampled_from(LANES), count=st.integers(1, 30), held=st.booleans())
     def arrive(self, lane: str, count: int, held: bool) -> None:
@@ -278,21 +313,28 @@ class ReceivingMachine(RuleBasedStateMachine):
         count = min(count, 150 - len(m.messages))  # a bounded model
         m.messages.extend(Message(lane, m.now, held) for _ in range(count))
 
-    @rule()
-    def executor_fails(self) -> None:
-        self.model.executor_up = False
+    @rule(which=st.integers(0, 2))
+    def relayer_fails(self, which: int) -> None:
+        self.model.up[which % self.model.relayers] = False
 
-    @rule()
-    def executor_answers(self) -> None:
-        self.model.executor_up = True
+    @rule(which=st.integers(0, 2))
+    def relayer_answers(self, which: int) -> None:
+        self.model.up[which % self.model.relayers] = True
+
+    @rule(which=st.integers(0, 2), state=st.sampled_from(list(RelayerState)))
+    def watch_finds(self, which: int, state: RelayerState) -> None:
+        """The watch's verdict on one relayer: jammed, low, paused, or ok again."""
+        m = self.model
+        m.pool.set_health(m.members[which % m.relayers], state)
 
     @rule(seconds=st.sampled_from([1.0, 5.0, 20.0, 60.0]))
     def outage(self, seconds: float) -> None:
-        """The executor fails every call for ``seconds`` (a restart, a 429 storm), then
-        answers again."""
-        self.model.executor_up = False
-        self.model.run(seconds)
-        self.model.executor_up = True
+        """Every relayer fails every call for ``seconds`` (an executor restart, a 429
+        storm), then answers again."""
+        m = self.model
+        m.up = [False] * m.relayers
+        m.run(seconds)
+        m.up = [True] * m.relayers
 
     @rule(lane=st.sampled_from(LANES))
     def pause(self, lane: str) -> None:
@@ -317,8 +359,8 @@ class ReceivingMachine(RuleBasedStateMachine):
             starved = 0.0 if since is None else m.now - since
             assert starved <= BOUND_S, (
                 f"the {lane} lane has had {len(m.visible(lane))} visible messages, no pause and "
-                f"an answering executor for {starved:.1f} s without receiving any (circuit "
-                f"{m.breaker.state.value})"
+                f"a healthy answering relayer for {starved:.1f} s without receiving any "
+                f"(pool {m.pool.describe()})"
             )
 
 

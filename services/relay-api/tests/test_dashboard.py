@@ -22,7 +22,7 @@ from api_testkit import DEAD
 from relay_api.app import create_app
 from relay_api.auth.service import create_client
 from relay_api.settings import ApiSettings
-from relay_core import controls, policy
+from relay_core import controls, policy, pool
 from relay_core.db.models import utcnow
 from relay_devstack.localsqs import free_port
 
@@ -134,14 +134,19 @@ async def test_the_dashboard_shows_the_systems_state_and_its_switch_pauses_the_l
         assert await page.text_content("#circuit") == "closed"
         assert await page.text_content("#dlq-depth") == "1"
         assert "executor rejected: nonce" in (await page.text_content("#dlq") or "")
+        relayer = page.locator("#relayers tr[data-relayer=relayer-1]")
+        assert await relayer.get_attribute("data-state") == "unknown"  # no consumer reported
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         await page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
 
         await page.click("#lanes tr[data-lane=normal] button[data-action=paused]")
         await page.wait_for_selector("#lanes tr[data-lane=normal][data-state=paused]")
+        await page.click("#relayers tr[data-relayer=relayer-1] button[data-action=paused]")
+        await page.wait_for_selector("#relayers tr[data-relayer=relayer-1][data-state=paused]")
         await browser.close()
 
     async with runtime.sessions() as session:
         assert await controls.lane_state(session, "normal") is controls.LaneState.paused
+        assert await pool.paused(session) == {"relayer-1"}
     assert all(url.startswith(base) for url in requested), requested
     assert (ARTIFACTS / "dashboard.png").stat().st_size > 20_000

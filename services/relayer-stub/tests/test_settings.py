@@ -68,3 +68,99 @@ def test_a_real_key_may_bind_beyond_loopback() -> None:
     opened = settings(host="192.0.2.10", api_key="k" * 40, admin_token="t" * 24)
 
     assert opened.api_key.get_secret_value() != DEV_API_KEY
+
+
+# -- chain mode: one account per relayer --------------------------------------------------------
+
+LOOPBACK_NODE = "http://127.0.0.1:8545"
+REMOTE_NODE = "https://rpc.example.invalid"
+KEYS = ["0x" + f"{n:02x}" * 32 for n in (0x11, 0x22, 0x33)]
+
+
+def test_chain_mode_on_a_loopback_node_gives_each_relayer_a_dev_account() -> None:
+    from relay_devstack import localchain
+
+    loaded = settings(chain_rpc_url=LOOPBACK_NODE, relayer_ids="a,b,c")
+
+    expected = [localchain.dev_account(localchain.relayer_account(p)).address for p in range(3)]
+    assert list(loaded.relayers.values()) == expected
+    assert [localchain.relayer_account(p) for p in range(3)] == [localchain.RELAYER_ACCOUNT, 10, 11]
+    assert list(loaded.chain_signers()) == ["a", "b", "c"]
+    assert loaded.relayers["a"] == localchain.dev_account(0).address
+
+
+def test_relayer_private_keys_give_each_relayer_its_own_account_in_order() -> None:
+    from eth_account import Account
+
+    loaded = settings(
+        chain_rpc_url=REMOTE_NODE, relayer_ids="a,b,c", relayer_private_keys=" , ".join(KEYS)
+    )
+
+    assert loaded.relayers == {
+        rid: Account.from_key(key).address for rid, key in zip("abc", KEYS, strict=True)
+    }
+    for key in KEYS:  # a secret: never in the settings' repr
+        assert key not in repr(loaded)
+        assert key.removeprefix("0x")[:16] not in str(loaded)
+
+
+def test_the_single_key_still_signs_for_the_first_relayer() -> None:
+    from eth_account import Account
+
+    from relay_devstack import localchain
+
+    loaded = settings(chain_rpc_url=LOOPBACK_NODE, relayer_ids="a,b", relayer_private_key=KEYS[0])
+
+    assert loaded.relayers == {
+        "a": Account.from_key(KEYS[0]).address,
+        "b": localchain.dev_account(localchain.relayer_account(1)).address,
+    }
+    alone = settings(chain_rpc_url=REMOTE_NODE, relayer_private_key=KEYS[1])
+    assert alone.relayers == {"relayer-1": Account.from_key(KEYS[1]).address}
+
+
+@pytest.mark.parametrize(
+    ("values", "why"),
+    [
+        ({"relayer_ids": "a,b"}, "needs a key for each of the 2 relayers"),
+        ({"relayer_ids": "a,b", "relayer_private_key": KEYS[0]}, "needs a key for each"),
+        ({"relayer_ids": "a,b", "relayer_private_keys": KEYS[0]}, "1 keys for 2"),
+        ({"relayer_ids": "a,b", "relayer_private_keys": f"{KEYS[0]},0x1234"}, "32 bytes of hex"),
+        (
+            {"relayer_private_key": KEYS[0], "relayer_private_keys": KEYS[1]},
+            "not both",
+        ),
+        ({"relayer_ids": "a,b", "relayer_private_keys": f"{KEYS[0]},{KEYS[0][2:]}"}, "same"),
+    ],
+)
+def test_chain_mode_without_a_key_for_every_relayer_is_refused(
+    values: dict[str, Any], why: str
+) -> None:
+    with pytest.raises(ValidationError, match=why):
+        settings(chain_rpc_url=REMOTE_NODE, **values)
+
+
+def test_the_dev_chain_has_accounts_for_ten_relayers() -> None:
+    from relay_devstack import localchain
+
+    ids = ",".join(f"r{n}" for n in range(localchain.MAX_DEV_RELAYERS + 1))
+
+    assert len(settings(chain_rpc_url=LOOPBACK_NODE, relayer_ids=ids[:-4]).relayer_ids) == 10
+    with pytest.raises(ValidationError, match="accounts for 10 relayers"):
+        settings(chain_rpc_url=LOOPBACK_NODE, relayer_ids=ids)
+    with pytest.raises(ValueError, match="10 relayers"):
+        localchain.relayer_account(localchain.MAX_DEV_RELAYERS)
+    accounts = [localchain.relayer_account(p) for p in range(localchain.MAX_DEV_RELAYERS)]
+    assert max(accounts) < localchain.DEV_ACCOUNTS  # all funded by localchain.start
+    assert len(set(accounts)) == len(accounts)
+    assert not set(accounts) & {localchain.DEPLOYER_ACCOUNT, localchain.SENDER_ACCOUNT}
+
+
+def test_a_key_that_is_another_relayers_dev_account_is_refused_at_start() -> None:
+    from relay_devstack import localchain
+
+    second = localchain.dev_account(localchain.relayer_account(1)).key.hex()
+    loaded = settings(chain_rpc_url=LOOPBACK_NODE, relayer_ids="a,b", relayer_private_key=second)
+
+    with pytest.raises(ValueError, match="same account"):
+        loaded.chain_signers()

@@ -81,7 +81,7 @@ class ExecutorTx:
             to=data.get("to"),
             data=data.get("data"),
             value=_parse_value(data.get("value")),
-            created_at=_parse_time(data.get("created_at")),
+            created_at=parse_time(data.get("created_at")),
             status_reason=data.get("status_reason"),
             raw=data,
             gas_limit=data["gas_limit"] if isinstance(data.get("gas_limit"), int) else None,
@@ -115,7 +115,7 @@ def _seconds(value: Any) -> float | None:
     return seconds if seconds >= 0 else None
 
 
-def _parse_time(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
     if not value:
         return None
     parsed = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
@@ -145,6 +145,7 @@ class ExecutorClient:
         relayer = f"{prefix}/api/v1/relayers/{quote(relayer_id, safe='')}"
         self._base = f"{relayer}/transactions"
         self._status = f"{relayer}/status"
+        self.relayer_id = relayer_id
         self._headers = {"authorization": f"Bearer {api_key}"}
         self._json_headers = {**self._headers, "content-type": "application/json"}
         # The connect timeout covers waiting for a pooled connection and opening one: the
@@ -265,13 +266,19 @@ class ExecutorClient:
         body = await self._call("cancel", "DELETE", target)
         return ExecutorTx.from_api(body["data"])
 
+    async def status(self) -> dict[str, Any]:
+        """The relayer's status: ``balance`` (wei, a decimal string),
+        ``pending_transactions_count``, ``last_confirmed_transaction_timestamp``, ``paused``,
+        ``system_disabled``, ``nonce`` (shared/reference/oz-relayer-api.md)."""
+        body = await self._call("status", "GET", self._status)
+        data = body.get("data")
+        return data if isinstance(data, dict) else {}
+
     async def probe(self) -> dict[str, Any]:
         """The relayer's status (``GET /relayers/{id}/status``): an authenticated read as cheap
         as any, answered by the same rate limiter as the sends. A relayer that is paused or
         disabled cannot send either: that is an error (``refused``), as its sends would be."""
-        body = await self._call("status", "GET", self._status)
-        data = body.get("data")
-        status: dict[str, Any] = data if isinstance(data, dict) else {}
+        status = await self.status()
         if status.get("paused") or status.get("system_disabled"):
             raise ExecutorError(
                 ErrorKind.refused,

@@ -22,14 +22,13 @@ cannot see them:
   ``relay reconcile --once`` leaves a queue it sees for the first time to the pending rule.
 * **A submitted row the executor has lost.** The tracker marks a row whose executor record
   answers 404 (``upstream_missing_since``). Once that is ``reconcile_missing_after_s`` old, the
-  reconciler asks the executor once more (no answer: next pass; found again: the mark is
+  reconciler asks its relayer once more (no answer: next pass; found again: the mark is
   cleared), then, with an RPC URL, the chain: a receipt settles it as ``confirmed`` or
   ``failed`` by its status. Otherwise it is failed with the reason and an error is logged: its
   hash (if any) must be checked on chain by hand.
 
-It runs as a loop in every consumer process and as ``relay reconcile --once``. Several may run
-at once: every change is a compare-and-set, so a row is settled once.
-"""
+It runs as a loop in every consumer process and as ``relay reconcile --once``, several at once
+if need be: every change is a compare-and-set, so a row is settled once."""
 
 from __future__ import annotations
 
@@ -46,8 +45,9 @@ from relay_core import dlq, evm
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch, transition
-from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+from relay_core.executor import ErrorKind, ExecutorError
 from relay_core.queue import TransactionMessage, send_batch
+from relay_core.relayers import ExecutorPool
 from relay_core.settings import InfraSettings
 from relay_core.statuses import TxStatus, is_terminal
 from relay_core.tracking import apply_upstream, interpret
@@ -86,7 +86,7 @@ class Reconciler:
         settings: InfraSettings,
         cache: StatusCache | None = None,
         *,
-        executor: ExecutorClient | None = None,
+        executors: ExecutorPool | None = None,
         rpc: evm.EvmRpc | None = None,
     ) -> None:
         self._sessions = sessions
@@ -96,7 +96,7 @@ class Reconciler:
         self._missing_after = timedelta(seconds=settings.reconcile_missing_after_s)
         self._batch = settings.reconcile_batch
         self._cache = cache
-        self._executor = executor
+        self._executors = executors
         self._rpc = rpc
         self._queue_created: dict[str, datetime] = {}  # per lane, as last seen
 
@@ -269,10 +269,10 @@ class Reconciler:
     async def _still_known(self, tx: Transaction) -> bool:
         """Ask the executor once more before giving up: True if it answers anything but 404
         (found again: the mark is cleared; no answer: the row waits for the next pass)."""
-        if self._executor is None or tx.executor_tx_id is None:
+        if self._executors is None or tx.executor_tx_id is None:
             return False
-        try:
-            upstream = await self._executor.get(tx.executor_tx_id)
+        try:  # at the relayer it was sent to
+            upstream = await self._executors.of(tx.relayer).get(tx.executor_tx_id)
         except ExecutorError as exc:
             return exc.kind is not ErrorKind.not_found
         view = interpret(upstream.raw)

@@ -17,6 +17,7 @@ from pydantic import AliasChoices, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from relay_core.netguard import AddressPolicy
+from relay_core.relayers import RelayerSpec, parse_specs
 
 MIN_SECRET_CHARS = 32  # what OZ Relayer demands of its own keys
 
@@ -208,6 +209,47 @@ class InfraSettings(BaseSettings):
     )
     executor_relayer_id: str = Field("relayer-1", description="the executor's relayer id")
     executor_timeout_s: float = Field(10.0, gt=0, description="timeout of one executor call")
+    executor_relayers: str = Field(
+        "",
+        description="the relayer pool (relay_core.relayers): a JSON list of {id, url, apiKey, "
+        "minBalanceWei} (all but id optional, defaulting to the settings above), or relayer "
+        "ids separated by commas; empty: RELAY_EXECUTOR_RELAYER_ID alone",
+    )
+    relayer_min_balance_wei: int = Field(
+        10**16,
+        ge=0,
+        description="a relayer whose balance is below this many wei is `low` and takes no new "
+        "work (per relayer: minBalanceWei in RELAY_EXECUTOR_RELAYERS); 0 turns the watch off",
+    )
+    relayer_jam_after_s: float = Field(
+        45.0,
+        gt=0,
+        description="a relayer whose oldest submitted transaction has not been mined for this "
+        "long is `jammed` and takes no new work until it mines again (raise it on a chain "
+        "whose blocks or fee markets are slow)",
+    )
+    relayer_watch_interval_s: float = Field(
+        5.0, gt=0, description="how often the pool's states are read (jams, pauses, in flight)"
+    )
+    relayer_balance_interval_s: float = Field(
+        30.0, gt=0, description="how often each relayer's balance is read from the executor"
+    )
+
+    def relayer_specs(self) -> list[RelayerSpec]:
+        """The relayer pool (relay_core.relayers)."""
+        return parse_specs(
+            self.executor_relayers,
+            url=self.executor_url,
+            api_key=self.executor_api_key.get_secret_value(),
+            default_id=self.executor_relayer_id,
+            min_balance_wei=self.relayer_min_balance_wei,
+        )
+
+    @field_validator("executor_relayers")
+    @classmethod
+    def _pool(cls, value: str) -> str:
+        parse_specs(value, url="", api_key="", default_id="relayer-1", min_balance_wei=0)
+        return value
 
     def lanes(self) -> tuple[str, ...]:
         """The lanes of work this deployment has."""
@@ -239,16 +281,19 @@ class InfraSettings(BaseSettings):
                 )
         if self.is_dev:
             return
-        key = self.executor_api_key.get_secret_value()
-        if (
-            key in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS)
-            or len(key) < MIN_SECRET_CHARS
-            or any(word in key.lower() for word in ("change", "example", "placeholder"))
-        ):
-            raise SystemExit(
-                "RELAY_EXECUTOR_API_KEY must be the executor's real key in production (at "
-                f"least {MIN_SECRET_CHARS} characters, as OZ Relayer requires)"
-            )
+        for spec in self.relayer_specs():
+            key = spec.api_key
+            if (
+                key in (DEV_EXECUTOR_KEY, *PLACEHOLDER_SECRETS)
+                or len(key) < MIN_SECRET_CHARS
+                or any(word in key.lower() for word in ("change", "example", "placeholder"))
+            ):
+                raise SystemExit(
+                    "RELAY_EXECUTOR_API_KEY (or a relayer's apiKey in "
+                    "RELAY_EXECUTOR_RELAYERS) must be the executor's real key in production "
+                    f"(at least {MIN_SECRET_CHARS} characters, as OZ Relayer requires; "
+                    f"relayer {spec.id})"
+                )
 
     def remote_endpoints(self) -> list[str]:
         """The settings that reach what only a deployment reaches: AWS's SQS, or an executor
@@ -258,6 +303,9 @@ class InfraSettings(BaseSettings):
             "RELAY_EXECUTOR_URL": self.executor_url,
             "RELAY_CHAIN_RPC_URL": self.chain_rpc_url,
         }
+        for spec in self.relayer_specs():
+            if spec.url != self.executor_url:
+                urls[f"RELAY_EXECUTOR_RELAYERS ({spec.id})"] = spec.url
         remote = []
         for name, url in urls.items():
             if url is None:

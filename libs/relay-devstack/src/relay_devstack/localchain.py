@@ -6,9 +6,11 @@
 ``.tools/chain/build/contracts.json``; nothing is downloaded at run time. :func:`start` runs
 anvil on a free 127.0.0.1 port; :func:`deploy` puts the forwarder and the recipient on it.
 
-Accounts are anvil's development ones (the well-known ``test … junk`` mnemonic): account 0 is
-the relayer's (the relayer-stub signs with it), account 1 deploys, the others are free for
-senders of gasless requests. Their keys are public: never use them on a real network.
+Accounts are anvil's development ones (the well-known ``test … junk`` mnemonic; :func:`start`
+funds ``DEV_ACCOUNTS`` of them): account 0 is the first relayer's (the relayer-stub signs with
+it), account 1 deploys, 2 to 9 are free for senders of gasless requests, and 10 to 18 are the
+relayer-stub's further relayers (:func:`relayer_account`). Their keys are public: never use
+them on a real network.
 """
 
 from __future__ import annotations
@@ -35,6 +37,20 @@ DEV_MNEMONIC = "test test test test test test test test test test test junk"
 DEV_CHAIN_ID = 31337
 FORWARDER_NAME = "ERC2771Forwarder"
 RELAYER_ACCOUNT, DEPLOYER_ACCOUNT, SENDER_ACCOUNT = 0, 1, 2
+DEV_ACCOUNTS = 20  # funded by `start` (anvil's --accounts; its default is 10)
+MAX_DEV_RELAYERS = 10  # relayers the dev accounts can give a key to (relayer_account)
+_FIRST_EXTRA_RELAYER_ACCOUNT = 10
+
+
+def relayer_account(position: int) -> int:
+    """The dev account of the relayer at ``position`` (0-based, the order of the stub's
+    relayer ids): the first is ``RELAYER_ACCOUNT`` (0), as always; the others take 10, 11, …
+    so they never share an account with the deployer or the senders (1 to 9)."""
+    if not 0 <= position < MAX_DEV_RELAYERS:
+        raise ValueError(f"the dev chain has accounts for {MAX_DEV_RELAYERS} relayers, not more")
+    if position == 0:
+        return RELAYER_ACCOUNT
+    return _FIRST_EXTRA_RELAYER_ACCOUNT + position - 1
 
 
 def dev_account(index: int) -> LocalAccount:
@@ -101,6 +117,8 @@ def start(
         str(port),
         "--chain-id",
         str(DEV_CHAIN_ID),
+        "--accounts",
+        str(DEV_ACCOUNTS),
     ]
     if block_time_s:
         command += ["--block-time", str(block_time_s)]

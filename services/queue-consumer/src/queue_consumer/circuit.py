@@ -45,9 +45,9 @@ work, a message is received within a bounded time.
   guaranteed share).
 
 So with the shipped defaults a lane with work is received within about 5 s (the cap) plus one
-probe after the dependency answers again. tests/test_receiving_liveness.py checks it as a
-state machine over both lanes, the switch, the in-flight cap and held gasless requests.
-"""
+probe after the dependency answers again; for a pool of relayers, see queue_consumer.pool.
+tests/test_receiving_liveness.py checks it as a state machine (lanes, switch, in-flight cap,
+held gasless requests, one relayer or three)."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from enum import StrEnum
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from queue_consumer import metrics
 from relay_core.executor import ErrorKind, ExecutorError
@@ -73,13 +73,8 @@ RETRY_AFTER_CAP_S = 30.0
 
 # What says "the executor cannot serve now" (rather than "it refuses this transaction").
 _UNAVAILABLE = frozenset(
-    {
-        ErrorKind.timeout,
-        ErrorKind.connection,
-        ErrorKind.server_error,
-        ErrorKind.rate_limited,
-        ErrorKind.refused,
-    }
+    {ErrorKind.timeout, ErrorKind.connection, ErrorKind.server_error, ErrorKind.rate_limited}
+    | {ErrorKind.refused}
 )
 
 
@@ -87,6 +82,21 @@ class CircuitState(StrEnum):
     closed = "closed"
     open = "open"
     half_open = "half_open"
+
+
+class Circuit(Protocol):
+    """What the receivers wait on: a breaker, or the relayer pool (queue_consumer.pool)."""
+
+    name: str
+
+    @property
+    def state(self) -> CircuitState: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def reopens_at(self) -> float: ...
+    def retry_in(self) -> float: ...
+    async def wait_change(self, until: float | None) -> None: ...
 
 
 class CircuitOpen(Exception):
@@ -131,6 +141,7 @@ class CircuitBreaker:
         self.changes = 0  # how many times it changed (what a waiter wakes on)
         self.last_error = ""
         self.opened = 0  # how many times it opened (for the summary and /health)
+        self.listeners: list[Callable[[], None]] = []  # told of every change (the pool)
 
     # --- state ------------------------------------------------------------------------------
 
@@ -284,6 +295,8 @@ class CircuitBreaker:
         self.changes += 1
         self._changed.set()
         self._changed = asyncio.Event()
+        for listener in self.listeners:
+            listener()
 
 
 async def probe_when_due(
@@ -344,10 +357,13 @@ class Permit:
 class ExecutorGuard:
     """Every executor call of the process: a slot of the in-flight limit, then the breaker."""
 
-    def __init__(self, breaker: CircuitBreaker, max_in_flight: int) -> None:
+    def __init__(
+        self, breaker: CircuitBreaker, max_in_flight: int, slots: asyncio.Semaphore | None = None
+    ) -> None:
+        """``slots``: the limit shared by the relayers of one executor instance (its own)."""
         self.breaker = breaker
         self.max_in_flight = max_in_flight
-        self._slots = asyncio.Semaphore(max_in_flight)
+        self._slots = slots or asyncio.Semaphore(max_in_flight)
         self.in_flight = 0
 
     async def within_limit(self, call: Awaitable[T]) -> T:

@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
+from queue_consumer.circuit import Circuit, ExecutorGuard
 from queue_consumer.lanes import Lane
 from queue_consumer.stages.claiming import Claims
 from relay_core.executor import ExecutorClient
@@ -65,7 +65,7 @@ async def reaper(claims: Claims, interval_s: float, counts: Counter[str]) -> Non
 async def reconcile(
     reconciler: Reconciler | None,
     lanes: Sequence[Lane],
-    circuits: Sequence[CircuitBreaker],
+    circuits: Sequence[Circuit],
     counts: Counter[str],
 ) -> int:
     """One reconciler pass, unless a circuit is open or a lane is paused: then messages wait in

@@ -18,6 +18,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
 from queue_consumer.notifications.service import Notifier
+from queue_consumer.pool import Member, Pool
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
@@ -28,9 +29,9 @@ from relay_core import cache as cache_mod
 from relay_core import evm, gctuning, jsonutil, tracing
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker
-from relay_core.executor import ExecutorClient
 from relay_core.logs import configure_logging
 from relay_core.reconcile import Reconciler
+from relay_core.relayers import ExecutorPool, RelayerSpec
 from relay_wire.direct import DirectPool
 from relay_wire.resp import RespClient
 
@@ -101,7 +102,7 @@ async def _ops_server(consumer: Consumer, host: str, port: int) -> AsyncIterator
                         "status": "ok" if healthy else "stopping",
                         "circuit": consumer.breaker.describe(),
                         "databaseCircuit": consumer.database.describe(),
-                        "executorInFlight": consumer.submitter.guard.in_flight,
+                        "executorInFlight": consumer.pool.in_flight,
                     }
                 ).encode()
                 status = b"200 OK" if healthy else b"503 Service Unavailable"
@@ -127,6 +128,51 @@ async def _ops_server(consumer: Consumer, host: str, port: int) -> AsyncIterator
         await server.wait_closed()
 
 
+def build_pool(
+    settings: ConsumerSettings, executors: ExecutorPool, *, ordered_by_chain: bool
+) -> Pool:
+    """A member per relayer: its client, its own circuit, the in-flight limit of the executor
+    instance serving it (shared by that instance's relayers), its in-doubt lookup."""
+    limits: dict[str, asyncio.Semaphore] = {}
+
+    def member(spec: RelayerSpec, guard: ExecutorGuard | None = None) -> Member:
+        guard = guard or ExecutorGuard(
+            CircuitBreaker(
+                name=f"executor:{spec.id}",
+                failure_threshold=settings.circuit_failure_threshold,
+                cooldown_s=settings.circuit_cooldown_s,
+                cooldown_cap_s=settings.circuit_cooldown_cap_s,
+            ),
+            settings.executor_max_in_flight,
+            limits.setdefault(spec.url, asyncio.Semaphore(settings.executor_max_in_flight)),
+        )
+        client = executors.of(spec.id)
+        lookup = ExecutorLookup(
+            client,
+            guard,
+            page_size=settings.executor_list_page_size,
+            max_pages=settings.consumer_lookup_max_pages,
+            timeout_s=settings.executor_timeout_s,
+            # leave the message's own timeout room to record what the lookup found
+            deadline_s=max(5.0, settings.consumer_message_timeout_s - 15),
+        )
+        return Member(spec, client, guard, lookup)
+
+    def retired(name: str) -> Member:
+        """A relayer no longer in the pool, asked at the default's instance and circuit."""
+        default = pool.members[pool.default]
+        return member(RelayerSpec(name, default.spec.url, default.spec.api_key, 0), default.guard)
+
+    pool = Pool(
+        [member(spec) for spec in executors.specs.values()],
+        executors.default,
+        ordered_by_chain=ordered_by_chain,
+        watch_interval_s=settings.relayer_watch_interval_s,
+        retired=retired,
+    )
+    return pool
+
+
 @contextlib.asynccontextmanager
 async def open_consumer(
     settings: ConsumerSettings, stop: asyncio.Event | None = None
@@ -134,31 +180,13 @@ async def open_consumer(
     """Build the consumer and everything it talks to; close it all on exit."""
     stop = stop or asyncio.Event()
     engine = create_engine(settings)
-    executor = ExecutorClient(
-        settings.executor_url,
-        settings.executor_api_key.get_secret_value(),
-        settings.executor_relayer_id,
+    executors = ExecutorPool.configured(
+        settings,
         timeout_s=settings.executor_timeout_s,
         max_connections=settings.executor_max_in_flight,
     )
-    guard = ExecutorGuard(
-        CircuitBreaker(
-            failure_threshold=settings.circuit_failure_threshold,
-            cooldown_s=settings.circuit_cooldown_s,
-            cooldown_cap_s=settings.circuit_cooldown_cap_s,
-        ),
-        settings.executor_max_in_flight,
-    )
-    lookup = ExecutorLookup(
-        executor,
-        guard,
-        page_size=settings.executor_list_page_size,
-        max_pages=settings.consumer_lookup_max_pages,
-        timeout_s=settings.executor_timeout_s,
-        # leave the message's own timeout room to record what the lookup found
-        deadline_s=max(5.0, settings.consumer_message_timeout_s - 15),
-    )
     rpc = evm.EvmRpc(settings.chain_rpc_url) if settings.chain_rpc_url else None
+    pool = build_pool(settings, executors, ordered_by_chain=rpc is not None)
     redis = None
     cache = None
     if settings.redis_url:
@@ -189,17 +217,16 @@ async def open_consumer(
                 writers=settings.consumer_db_writers,
                 max_batch=settings.consumer_write_batch,
             )
-            consumer = build(settings, sqs, lanes, sessions, executor, writes, guard, lookup, rpc)
+            consumer = build(settings, sqs, lanes, sessions, pool, writes, rpc)
             consumer.stopping = stop
             consumer.reconciler = Reconciler(
-                sessions, sqs, lanes, settings, cache, executor=executor, rpc=rpc
+                sessions, sqs, lanes, settings, cache, executors=executors, rpc=rpc
             )
             consumer.fees = FeeSettler(sessions, rpc)
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,
-                    executor,
-                    guard,
+                    pool,
                     cache,
                     stale_after_s=settings.tracker_stale_s,
                     batch=settings.tracker_batch,
@@ -219,8 +246,9 @@ async def open_consumer(
                 stack.push_async_callback(notifier.aclose)
             yield consumer
     finally:
-        await lookup.aclose()
-        await executor.aclose()
+        for member in (*pool.members.values(), *pool.retired.values()):
+            await member.lookup.aclose()
+        await executors.aclose()
         if rpc is not None:
             await rpc.aclose()
         if redis is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import Counter, Gauge
 
@@ -76,3 +77,42 @@ def watch(in_flight: Callable[[], int], circuit: Callable[[], str]) -> None:
 
 def _is(current: Callable[[], str], state: str) -> float:
     return float(current() == state)
+
+
+RELAYER_STATE = Gauge(
+    "relay_consumer_relayer_state",
+    "Each relayer of the pool: 1 for the state it is in (ok, paused, open, jammed, low), else 0",
+    ["relayer", "state"],
+)
+RELAYER_IN_FLIGHT = Gauge(
+    "relay_consumer_relayer_in_flight",
+    "Each relayer's submitted transactions (as last counted, plus those sent since)",
+    ["relayer"],
+)
+RELAYER_BALANCE = Gauge(
+    "relay_consumer_relayer_balance_wei", "Each relayer's balance as last read", ["relayer"]
+)
+RELAYER_TROUBLE = counter(
+    "relay_consumer_relayer_trouble_total",
+    "How often a relayer was found jammed, low or paused (it takes no new work meanwhile)",
+    ["relayer", "state"],
+)
+
+
+def watch_pool(pool: Any) -> None:
+    """The pool's gauges, read at scrape time from the members (queue_consumer.pool)."""
+    for name, member in pool.members.items():
+        for state in ("ok", "paused", "open", "jammed", "low"):
+            RELAYER_STATE.labels(name, state).set_function(
+                functools.partial(_is, functools.partial(_state, member), state)
+            )
+        RELAYER_IN_FLIGHT.labels(name).set_function(member.load)
+        RELAYER_BALANCE.labels(name).set_function(functools.partial(_balance, member))
+
+
+def _state(member: Any) -> str:
+    return str(member.state.value)
+
+
+def _balance(member: Any) -> float:
+    return float("nan") if member.balance_wei is None else float(member.balance_wei)

@@ -25,9 +25,10 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from queue_consumer import housekeeping, metrics
-from queue_consumer.circuit import CircuitBreaker, ExecutorGuard, probe_when_due
+from queue_consumer.circuit import CircuitBreaker, probe_when_due
 from queue_consumer.lanes import Capacity, Deleter, Lane
 from queue_consumer.notifications.service import Notifier
+from queue_consumer.pool import Pool
 from queue_consumer.retry import Failure
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages import outcome as outcomes
@@ -42,10 +43,9 @@ from queue_consumer.switch import Switch
 from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
-from queue_consumer.transactions.lookup import ExecutorLookup
+from queue_consumer.watch import Watch
 from relay_core import evm, tracing
 from relay_core.db.models import Transaction
-from relay_core.executor import ExecutorClient
 from relay_core.queue import PoisonMessage, trace_attributes
 from relay_core.reconcile import Reconciler
 
@@ -100,7 +100,10 @@ class Consumer:
         self.stopping = asyncio.Event()
         self._work: set[asyncio.Task[None]] = set()
         self._requeueing: asyncio.Task[None] | None = None
-        self.breaker: CircuitBreaker = submitter.guard.breaker
+        # The relayer pool is one circuit to the receivers: closed while a relayer takes work.
+        self.pool: Pool = submitter.pool
+        self.breaker = self.pool
+        self.watch: Watch | None = None
         # Nothing can be claimed or recorded while the database does not answer: its circuit
         # stops the pollers as the executor's does, and a probe of its own reopens them.
         self.database = CircuitBreaker(
@@ -187,17 +190,20 @@ class Consumer:
                 settings.consumer_heartbeat_file, self._describe
             ),
             "switch": self.switch.watch(settings.consumer_control_interval_s),
-            "executor-probe": probe_when_due(
-                self.breaker,
-                housekeeping.executor_probe(self.submitter.guard, self.submitter.executor),
-                settings.executor_timeout_s,
-            ),
             "database-probe": probe_when_due(
                 self.database,
                 housekeeping.database_probe(self.claims.sessions),
                 settings.database_connect_timeout_s + settings.database_pool_timeout_s,
             ),
         }
+        for name, member in self.pool.members.items():
+            jobs[f"executor-probe-{name}"] = probe_when_due(
+                member.breaker,
+                housekeeping.executor_probe(member.guard, member.client),
+                settings.executor_timeout_s,
+            )
+        if self.watch is not None:
+            jobs["relayer-watch"] = self.watch.run()
         if self.tracker is not None:
             jobs["tracker"] = every(
                 settings.tracker_interval_s, self.tracker.run_once, "tracker", counts
@@ -353,22 +359,20 @@ def build(
     sqs: Any,
     lanes: dict[str, tuple[str, str]],
     sessions: async_sessionmaker[AsyncSession],
-    executor: ExecutorClient,
+    pool: Pool,
     writes: GroupCommit,
-    guard: ExecutorGuard,
-    lookup: ExecutorLookup,
     rpc: evm.EvmRpc | None = None,
 ) -> Consumer:
     """The consumer and its stages, wired (the gasless nonce turn needs the chain's RPC)."""
-    recorder = Recorder(sessions, writes, executor, guard, settings.executor_timeout_s)
+    recorder = Recorder(sessions, writes, pool, settings.executor_timeout_s)
     claims = Claims(settings, sessions, recorder)
     submitter = Submitter(
         settings,
-        executor,
-        guard,
-        lookup,
+        pool,
         recorder,
         SpendGate(settings, sessions, recorder, rpc),
         NonceTurn(settings, recorder, rpc) if rpc is not None else None,
     )
-    return Consumer(settings, sqs, lanes, claims, submitter)
+    consumer = Consumer(settings, sqs, lanes, claims, submitter)
+    consumer.watch = Watch(pool, sessions, settings)
+    return consumer

@@ -18,6 +18,7 @@ from relay_api.middleware import BodySizeLimit, Observe
 from relay_api.queues.endpoints import dlq_router
 from relay_api.queues.endpoints import router as queues_router
 from relay_api.relay.endpoints import router as relay_router
+from relay_api.relayers.endpoints import router as relayers_router
 from relay_api.responses import Json
 from relay_api.runtime import open_runtime
 from relay_api.settings import ApiSettings
@@ -63,6 +64,7 @@ def create_app(settings: ApiSettings | None = None, *, background: bool = True) 
     app.include_router(clients_router)
     app.include_router(clients_admin_router)
     app.include_router(queues_router)
+    app.include_router(relayers_router)
     app.include_router(dlq_router)
     app.include_router(dashboard_router)
     app.include_router(audit_router)

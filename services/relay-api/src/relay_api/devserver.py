@@ -73,6 +73,17 @@ class DevSettings(BaseSettings):
     dev_chain_confirmations: int = Field(
         2, ge=1, description="blocks until the executor reports `confirmed`"
     )
+    dev_relayers: int = Field(
+        1,
+        ge=1,
+        le=localchain.MAX_DEV_RELAYERS,
+        description="relayers of the pool the relayer-stub serves, each its own funded dev "
+        "account (relayer-1 ... relayer-N; RELAY_EXECUTOR_RELAYERS names them for Relay). "
+        "Ignored when RELAY_EXECUTOR_URL is set",
+    )
+
+    def relayer_ids(self) -> list[str]:
+        return [f"relayer-{n}" for n in range(1, self.dev_relayers + 1)]
 
 
 def _say(line: str = "") -> None:
@@ -146,6 +157,21 @@ def _start_chain(dev: DevSettings, state_dir: Path) -> tuple[localchain.LocalCha
     return chain, known
 
 
+def _relayer_lines(specs: list[Any], on_chain: bool) -> list[str]:
+    """The pool, for the banner: each relayer and, on the dev chain, its account."""
+    lines = []
+    for position, spec in enumerate(specs):
+        label = "relayers" if position == 0 else ""
+        account = ""
+        if on_chain and position < localchain.MAX_DEV_RELAYERS:
+            account = "  " + localchain.dev_account(localchain.relayer_account(position)).address
+        lines.append(f"  {label:<10} {spec.id}{account}")
+    lines.append(
+        f"  {'':<10} their states (.venv/bin/relay relayers); RELAY_DEV_RELAYERS=N for more"
+    )
+    return lines
+
+
 def run() -> int:
     from relay_api.provision import create_queues, migrate, switched_lanes
     from relay_api.settings import ApiSettings
@@ -187,6 +213,9 @@ def run() -> int:
             os.environ.setdefault("RELAY_FORWARDER_NAME", deployed["forwarderName"])
             os.environ.setdefault("STUB_CHAIN_RPC_URL", chain.rpc_url)
             os.environ.setdefault("STUB_CHAIN_CONFIRMATIONS", str(dev.dev_chain_confirmations))
+        if not os.environ.get("RELAY_EXECUTOR_URL"):  # the stub's pool is Relay's
+            os.environ.setdefault("STUB_RELAYER_IDS", ",".join(dev.relayer_ids()))
+            os.environ.setdefault("RELAY_EXECUTOR_RELAYERS", os.environ["STUB_RELAYER_IDS"])
         settings = ApiSettings()
         migrate(settings.database_url)
         asyncio.run(create_queues(settings, _say))
@@ -246,6 +275,8 @@ def run() -> int:
                 f"             its /__admin needs the token in "
                 f"{state_dir / STUB_ADMIN_TOKEN_FILE} (Authorization: Bearer)"
             )
+        for line in _relayer_lines(settings.relayer_specs(), deployed is not None):
+            _say(line)
         if deployed is not None:
             _say(f"  chain      {deployed['rpcUrl']}  chain id {deployed['chainId']}  (anvil)")
             _say(f"  forwarder  {deployed['forwarder']}  (ERC2771Forwarder)")

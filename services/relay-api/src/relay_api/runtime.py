@@ -25,8 +25,8 @@ from relay_core import cache as cache_mod
 from relay_core import evm
 from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
-from relay_core.executor import ExecutorClient
 from relay_core.fees import FeeOracle
+from relay_core.relayers import ExecutorPool
 from relay_wire.direct import DirectPool
 from relay_wire.resp import RespClient
 
@@ -42,7 +42,7 @@ class Runtime:
     publisher: Publisher
     authenticator: Authenticator
     cache: cache_mod.StatusCache | None
-    executor: ExecutorClient
+    executors: ExecutorPool
     refresher: Refresher
     limiter: RateLimiter
     default_limit: Limit  # every client's, unless `relay clients policy` set its own
@@ -90,16 +90,12 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
                 terminal_ttl_s=settings.status_cache_terminal_ttl_s,
                 active_ttl_s=settings.status_cache_active_ttl_s,
             )
-        executor = ExecutorClient(
-            settings.executor_url,
-            settings.executor_api_key.get_secret_value(),
-            settings.executor_relayer_id,
-            timeout_s=max(settings.status_upstream_timeout_s, 1.0),
-            max_connections=50,
+        executors = ExecutorPool.configured(
+            settings, timeout_s=max(settings.status_upstream_timeout_s, 1.0), max_connections=50
         )
-        stack.push_async_callback(executor.aclose)
+        stack.push_async_callback(executors.aclose)
         refresher = Refresher(
-            executor,
+            executors,
             sessions,
             status_cache,
             refresh_after_s=settings.status_refresh_after_s,
@@ -126,7 +122,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             default_limit=Limit(settings.rate_limit_per_s, settings.rate_limit_burst),
             budgets=Budgets(sessions, settings.budget_lease_s),
             cache=status_cache,
-            executor=executor,
+            executors=executors,
             refresher=refresher,
             redis=redis,
             rpc=rpc,

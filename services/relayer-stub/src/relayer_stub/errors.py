@@ -42,6 +42,13 @@ class AdminUnauthorized(Exception):
     """Admin token configured and not presented."""
 
 
+class ProviderFailed(RelayError):
+    """Chain mode: the node did not answer a read (upstream: a provider error, 500)."""
+
+    status_code = 500
+    code = "provider_error"
+
+
 def envelope_error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"success": False, "data": None, "error": message}, status_code=status)
 

@@ -20,6 +20,15 @@ def _stopped_by(sig: int, _: FrameType | None) -> None:
     that is a no-op, so a SIGTERM or Ctrl-C ends the process with status 0."""
 
 
+def settings_problems(exc: ValidationError) -> str:
+    """One line per problem, without the values given: pydantic's own message quotes its input,
+    which holds the private keys."""
+    return "\n".join(
+        f"  {'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors(include_input=False, include_url=False)
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argparse.ArgumentParser(
         prog="relayer-stub",
@@ -30,7 +39,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         settings = StubSettings()
     except ValidationError as exc:
-        sys.stderr.write(f"relayer-stub: invalid settings\n{exc}\n")
+        sys.stderr.write(f"relayer-stub: invalid settings\n{settings_problems(exc)}\n")
         return 2
     configure_logging(settings.log_level)
 

@@ -45,7 +45,10 @@ class Runtime:
 @contextlib.asynccontextmanager
 async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
     loop = asyncio.get_running_loop()
-    relayers = settings.relayers
+    # Chain mode: each relayer its own account (and serial sender); its address is `from`.
+    signers = settings.chain_signers() if settings.chain_rpc_url is not None else {}
+    relayers: dict[str, str] = {rid: str(signer.address) for rid, signer in signers.items()}
+    relayers = relayers or settings.relayers
     ledger = Ledger(settings.ledger_path)
     loaded = await asyncio.to_thread(ledger.open)
     ledger.start(loop)
@@ -68,6 +71,7 @@ async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
         "retention_s": settings.retention_s,
         "maintenance_interval_s": settings.maintenance_interval_s,
         "persist_interval_s": settings.persist_interval_s,
+        "faults": faults,
     }
     rpc = None
     lifecycle: Lifecycle
@@ -79,8 +83,7 @@ async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
         lifecycle = ChainLifecycle(
             settings.lifecycle,
             rpc=rpc,
-            signers={settings.relayer_ids[0]: settings.chain_signer()},
-            faults=faults,
+            signers=signers,
             confirmations=settings.chain_confirmations,
             poll_interval_s=settings.chain_poll_interval_s,
             priority_fee_wei=settings.chain_priority_fee_wei,

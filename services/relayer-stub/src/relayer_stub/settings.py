@@ -23,6 +23,8 @@ MIN_API_KEY_CHARS = 32  # upstream panics at start-up below this
 # A well-known key so `uv run relayer-stub` works out of the box; refused on a non-loopback bind.
 DEV_API_KEY = "relayer-stub-dev-api-key-0123456789abcdef"
 DEFAULT_RELAYER_ADDRESS = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266"
+# relay_devstack.localchain.MAX_DEV_RELAYERS, without importing it (and eth_account) to validate.
+MAX_DEV_RELAYERS = 10
 
 
 def _is_loopback(host: str) -> bool:
@@ -35,6 +37,7 @@ def _is_loopback(host: str) -> bool:
 
 
 _ADDRESS = re.compile(r"^0x[0-9a-fA-F]{40}$")
+_PRIVATE_KEY = re.compile(r"^(?:0x)?[0-9a-fA-F]{64}$")
 
 
 def derived_address(relayer_id: str) -> str:
@@ -96,6 +99,12 @@ class StubSettings(BaseSettings):
         None,
         description="chain mode: the first relayer's key (its address replaces "
         "STUB_RELAYER_ADDRESS); on a loopback node it defaults to the dev chain's account 0",
+    )
+    relayer_private_keys: SecretStr | None = Field(
+        None,
+        description="chain mode: comma-separated, one key per STUB_RELAYER_IDS in order (instead "
+        "of STUB_RELAYER_PRIVATE_KEY); on a loopback node each defaults to a dev account "
+        "(relay_devstack.localchain.relayer_account)",
     )
     chain_confirmations: int = Field(
         1, ge=1, le=100, description="chain mode: blocks (the receipt's included) to `confirmed`"
@@ -160,36 +169,86 @@ class StubSettings(BaseSettings):
             raise ValueError("STUB_RELAYER_ADDRESS must be 0x followed by 40 hex digits")
         if self.webhook_backoff_max_s < self.webhook_backoff_min_s:
             raise ValueError("STUB_WEBHOOK_BACKOFF_MAX_S must be >= STUB_WEBHOOK_BACKOFF_MIN_S")
+        self._check_fault_relayers()
         if self.chain_rpc_url is not None:
-            if len(self.relayer_ids) != 1:
-                raise ValueError("chain mode drives one relayer: set one STUB_RELAYER_IDS")
-            host = urlsplit(self.chain_rpc_url).hostname or ""
-            if self.relayer_private_key is None and not _is_loopback(host):
-                raise ValueError(
-                    "chain mode on a non-loopback node needs STUB_RELAYER_PRIVATE_KEY "
-                    "(the development key is public)"
-                )
+            self._check_chain_keys()
         return self
+
+    def _check_fault_relayers(self) -> None:
+        unknown = self.faults.unknown_relayers(self.relayer_ids)
+        if unknown:
+            raise ValueError(f"STUB_FAULTS names relayers not in STUB_RELAYER_IDS: {unknown}")
+
+    def _check_chain_keys(self) -> None:
+        keys = self._private_keys()
+        count = len(self.relayer_ids)
+        if self.relayer_private_keys is not None and self.relayer_private_key is not None:
+            raise ValueError("set STUB_RELAYER_PRIVATE_KEYS or STUB_RELAYER_PRIVATE_KEY, not both")
+        if self.relayer_private_keys is not None and len(keys) != count:
+            raise ValueError(
+                f"STUB_RELAYER_PRIVATE_KEYS has {len(keys)} keys for {count} STUB_RELAYER_IDS: "
+                "give one key per relayer, in order"
+            )
+        if not all(_PRIVATE_KEY.fullmatch(key) for key in keys):
+            raise ValueError("a relayer private key must be 32 bytes of hex (0x optional)")
+        if len({key.lower().removeprefix("0x") for key in keys}) != len(keys):
+            raise ValueError("two relayers have the same private key: each needs its own account")
+        host = urlsplit(self.chain_rpc_url or "").hostname or ""
+        if len(keys) < count and not _is_loopback(host):
+            raise ValueError(
+                f"chain mode on a non-loopback node needs a key for each of the {count} "
+                "relayers: STUB_RELAYER_PRIVATE_KEYS (comma-separated, in STUB_RELAYER_IDS "
+                "order; or STUB_RELAYER_PRIVATE_KEY for a single relayer). The development "
+                "keys are public."
+            )
+        if len(keys) < count and count > MAX_DEV_RELAYERS:
+            raise ValueError(
+                f"the dev chain has accounts for {MAX_DEV_RELAYERS} relayers, not {count}: "
+                "set STUB_RELAYER_PRIVATE_KEYS"
+            )
+
+    def _private_keys(self) -> list[str]:
+        """The configured keys, by relayer position (possibly fewer than the relayers)."""
+        if self.relayer_private_keys is not None:
+            raw = self.relayer_private_keys.get_secret_value()
+            return [key.strip() for key in raw.split(",") if key.strip()]
+        if self.relayer_private_key is not None:
+            return [self.relayer_private_key.get_secret_value().strip()]
+        return []
+
+    def chain_signers(self) -> dict[str, LocalAccount]:
+        """Chain mode: each relayer's account, by id: its key from STUB_RELAYER_PRIVATE_KEYS
+        (or STUB_RELAYER_PRIVATE_KEY for the first), otherwise (a loopback node, checked at
+        validation) the dev account ``localchain.relayer_account(position)``."""
+        from eth_account import Account
+
+        keys = self._private_keys()
+        signers: dict[str, LocalAccount] = {}
+        for position, relayer_id in enumerate(self.relayer_ids):
+            if position < len(keys):
+                signers[relayer_id] = Account.from_key(keys[position])
+            else:
+                from relay_devstack.localchain import dev_account, relayer_account
+
+                signers[relayer_id] = dev_account(relayer_account(position))
+        addresses = [signer.address for signer in signers.values()]
+        if len(set(addresses)) != len(addresses):
+            # a key given for one relayer is the dev account another one defaults to
+            raise ValueError("two relayers have the same account: each needs its own")
+        return signers
 
     def chain_signer(self) -> LocalAccount:
         """Chain mode: the first relayer's account."""
-        from eth_account import Account
-
-        if self.relayer_private_key is not None:
-            account: LocalAccount = Account.from_key(self.relayer_private_key.get_secret_value())
-            return account
-        from relay_devstack.localchain import RELAYER_ACCOUNT, dev_account
-
-        return dev_account(RELAYER_ACCOUNT)
+        return self.chain_signers()[self.relayer_ids[0]]
 
     @property
     def relayers(self) -> dict[str, str]:
-        """relayer id -> its `from` address."""
-        first, *others = self.relayer_ids
-        address = self.relayer_address
+        """relayer id -> its `from` address: in chain mode each relayer's account; otherwise
+        STUB_RELAYER_ADDRESS for the first and a derived address for the others."""
         if self.chain_rpc_url is not None:
-            address = self.chain_signer().address
-        return {first: address} | {rid: derived_address(rid) for rid in others}
+            return {rid: account.address for rid, account in self.chain_signers().items()}
+        first, *others = self.relayer_ids
+        return {first: self.relayer_address} | {rid: derived_address(rid) for rid in others}
 
     @property
     def webhook(self) -> WebhookConfig:

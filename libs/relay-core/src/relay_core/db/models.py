@@ -151,6 +151,37 @@ class ConsumerReport(Base):
     seen_at: Mapped[datetime] = mapped_column(Timestamp)
 
 
+class RelayerControl(Base):
+    """An operator's switch for one relayer of the pool (relay_core.pool): paused, it takes no
+    new work. No row: running."""
+
+    __tablename__ = "relayer_controls"
+
+    relayer: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))  # running | paused
+    reason: Mapped[str | None] = mapped_column(String(500), default=None)
+    changed_by: Mapped[str] = mapped_column(String(100))
+    changed_at: Mapped[datetime] = mapped_column(Timestamp, default=utcnow)
+
+
+class RelayerReport(Base):
+    """What the consumers last saw of one relayer (rewritten every few seconds): its state
+    (ok, jammed, low, open, paused), what it holds, its balance."""
+
+    __tablename__ = "relayer_reports"
+
+    relayer: Mapped[str] = mapped_column(String(64), primary_key=True)
+    state: Mapped[str] = mapped_column(String(16))
+    detail: Mapped[str | None] = mapped_column(String(500), default=None)
+    submitted: Mapped[int] = mapped_column(Integer, default=0)
+    oldest_submitted_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    balance_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    balance_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    last_mined_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
+    seen_by: Mapped[str] = mapped_column(String(200))
+    seen_at: Mapped[datetime] = mapped_column(Timestamp)
+
+
 class Transaction(Base):
     __tablename__ = "transactions"
     __table_args__ = (
@@ -168,6 +199,8 @@ class Transaction(Base):
         Index(None, "upstream_missing_since"),
         # The fee reservations still to settle (relay_core.spending): few, among many settled.
         Index(None, "status", "reserved_fee_wei"),
+        # What each relayer of the pool holds (relay_core.pool): its submitted rows, oldest first.
+        Index(None, "status", "relayer", "submitted_at"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True, default=new_id)
@@ -181,6 +214,9 @@ class Transaction(Base):
     error: Mapped[str | None] = mapped_column(Text, default=None)
     hash: Mapped[str | None] = mapped_column(String(66), default=None)
     executor_tx_id: Mapped[str | None] = mapped_column(String(64), default=None)
+    # The relayer of the pool it was sent to, written with the attempt's stamp; every later
+    # question goes there. None: sent before pools, to RELAY_EXECUTOR_RELAYER_ID.
+    relayer: Mapped[str | None] = mapped_column(String(64), default=None)
     attempts: Mapped[int] = mapped_column(Integer, default=0)
     # When the first attempt claimed the row: transient failures are retried within a time
     # budget counted from here (not from acceptance, so a queue backlog does not spend it).

@@ -87,6 +87,8 @@ _KNOWN_LATER = {
     "gas_used": _L,
     "effective_gas_price": _S,
     "fee_wei": _S,
+    # 0011 (the relayer pool: the relayer a transaction was sent to)
+    "relayer": _S,
 }
 
 

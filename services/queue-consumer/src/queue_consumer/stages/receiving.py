@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from queue_consumer.circuit import CircuitBreaker, CircuitState
+from queue_consumer.circuit import Circuit, CircuitBreaker, CircuitState
 from queue_consumer.lanes import Capacity, Lane
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages.claiming import Claims
@@ -48,11 +48,11 @@ class Wait:
 
     reason: str
     until: float | None = None
-    circuit: CircuitBreaker | None = None
+    circuit: Circuit | None = None
     switch: bool = False
 
 
-def decide(lane: Lane, circuits: Sequence[CircuitBreaker]) -> Receive | Wait:
+def decide(lane: Lane, circuits: Sequence[Circuit]) -> Receive | Wait:
     if not lane.receiving.is_set():  # paused by an operator: receive nothing
         return Wait("paused", switch=True)
     for circuit in circuits:
@@ -100,7 +100,7 @@ class Receiver:
         settings: ConsumerSettings,
         sqs: Any,
         capacity: Capacity,
-        circuits: Sequence[CircuitBreaker],
+        circuits: Sequence[Circuit],
         claims: Claims,
         start: Start,
         sqs_back: Callable[[], None],

@@ -17,14 +17,15 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from queue_consumer import metrics
-from queue_consumer.circuit import CircuitOpen, ExecutorGuard
+from queue_consumer.circuit import CircuitOpen
+from queue_consumer.pool import Pool
 from queue_consumer.retry import Failure
 from queue_consumer.stages.outcome import Outcome
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
-from relay_core.executor import ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.executor import ExecutorError, ExecutorTx
 from relay_core.statuses import TxStatus, is_terminal
 
 log = logging.getLogger(__name__)
@@ -42,14 +43,12 @@ class Recorder:
         self,
         sessions: async_sessionmaker[AsyncSession],
         writes: GroupCommit,
-        executor: ExecutorClient,
-        guard: ExecutorGuard,
+        pool: Pool,
         executor_timeout_s: float,
     ) -> None:
         self.sessions = sessions
         self.writes = writes
-        self.executor = executor
-        self.guard = guard
+        self.pool = pool
         self.executor_timeout_s = executor_timeout_s
 
     async def write(
@@ -71,11 +70,15 @@ class Recorder:
     ) -> bool:
         return await self.write(tx, status, reason=reason, source=source, error=reason, **values)
 
-    async def claim(self, tx: Transaction, owner: str, now: datetime, *, stamp: bool) -> bool:
-        """Claim the row for ``owner``'s attempt, counting it. ``stamp``: the attempt is about
-        to call the executor (``submit_started_at``, which makes a later attempt in doubt
-        until it has settled); without it, an in-doubt attempt claims to look its stamp up."""
-        values: dict[str, Any] = {"submit_started_at": now} if stamp else {}
+    async def claim(
+        self, tx: Transaction, owner: str, now: datetime, *, relayer: str | None = None
+    ) -> bool:
+        """Claim the row for ``owner``'s attempt, counting it. ``relayer``: the attempt is
+        about to call that relayer, stamped with it (``submit_started_at``, which makes a
+        later attempt in doubt until it has settled, and ``relayer``, where that attempt
+        looks its answer up); without it, an in-doubt attempt claims to look its stamp up."""
+        stamp = relayer is not None
+        values: dict[str, Any] = {"submit_started_at": now, "relayer": relayer} if stamp else {}
         first = tx.first_attempt_at or (now if stamp else tx.submit_started_at)
         return await self.write(
             tx,
@@ -92,6 +95,7 @@ class Recorder:
         version meanwhile (the reaper, the reconciler, another attempt). False if the row was
         finished or recorded by someone else (then a surplus is canceled). Raises Conflict if
         another row holds ``result``."""
+        sent_to = tx.relayer  # this attempt's relayer, whatever the row says later
         for _ in range(5):
             try:
                 written = await self.write(
@@ -113,19 +117,23 @@ class Recorder:
                 return False
             if current.executor_tx_id is not None:
                 if current.executor_tx_id != result.id:
-                    await self._cancel_surplus(tx.id, current.executor_tx_id, result.id)
+                    await self._cancel_surplus(tx.id, sent_to, current.executor_tx_id, result.id)
                 return current.executor_tx_id == result.id
             if is_terminal(current.status):
                 return False
             tx = current
         raise RuntimeError("could not record the executor's answer")
 
-    async def _cancel_surplus(self, transaction_id: str, recorded: str, surplus: str) -> None:
+    async def _cancel_surplus(
+        self, transaction_id: str, relayer: str | None, recorded: str, surplus: str
+    ) -> None:
         """A second executor transaction for one of ours: the timing bounds were broken.
-        Cancel the surplus one at the executor (a pending transaction is canceled at once)."""
+        Cancel the surplus one at the relayer this attempt sent it to (a pending transaction
+        is canceled at once)."""
+        member = self.pool.member(relayer)
         try:
-            async with self.guard.slot() as permit:
-                await permit.run(self.executor.cancel(surplus), timeout_s=self.executor_timeout_s)
+            async with member.guard.slot() as permit:
+                await permit.run(member.client.cancel(surplus), timeout_s=self.executor_timeout_s)
             outcome = "canceled"
         except (ExecutorError, CircuitOpen, TimeoutError) as exc:
             outcome = f"cancel failed, cancel it by hand: {exc}"

@@ -30,7 +30,8 @@ import os
 from datetime import datetime, timedelta
 
 from queue_consumer import metrics
-from queue_consumer.circuit import CircuitOpen, ExecutorGuard
+from queue_consumer.circuit import CircuitOpen
+from queue_consumer.pool import Pool
 from queue_consumer.retry import Failure
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages.claiming import Turn
@@ -39,9 +40,9 @@ from queue_consumer.stages.outcome import Outcome, circuit_open
 from queue_consumer.stages.payload import executor_payload
 from queue_consumer.stages.recording import SOURCE_DLQ, Conflict, Recorder
 from queue_consumer.transactions import repository
-from queue_consumer.transactions.lookup import ExecutorLookup, choose
+from queue_consumer.transactions.lookup import choose
 from relay_core.db.models import Transaction, utcnow
-from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.executor import ErrorKind, ExecutorError, ExecutorTx
 from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType
 
@@ -55,16 +56,12 @@ class Submitter:
     def __init__(
         self,
         settings: ConsumerSettings,
-        executor: ExecutorClient,
-        guard: ExecutorGuard,
-        lookup: ExecutorLookup,
+        pool: Pool,
         recorder: Recorder,
         spend: SpendGate,
         nonces: NonceTurn | None,
     ) -> None:
-        self.executor = executor
-        self.guard = guard
-        self.lookup = lookup
+        self.pool = pool
         self.recorder = recorder
         self.spend = spend
         self.nonces = nonces
@@ -107,13 +104,14 @@ class Submitter:
         """Claim (stamping the attempt) and call the executor, holding an executor slot for
         both so the call follows the stamp at once."""
         tx = turn.tx
-        if not self.guard.breaker.may_call():
-            return circuit_open(self.guard.breaker.retry_in())
+        member = self.pool.choose(tx)
+        if member is None:
+            return self._no_relayer(tx)
         payload = executor_payload(tx, self._overhead)
         try:
-            async with self.guard.slot() as permit:
+            async with member.guard.slot() as permit:
                 now = utcnow()
-                if not await self.recorder.claim(tx, turn.owner, now, stamp=True):
+                if not await self.recorder.claim(tx, turn.owner, now, relayer=member.id):
                     return await self.recorder.lost_claim(tx.id)
                 if tx.attempts == 1:  # its first claim: how long it waited for a consumer
                     metrics.CLAIM_LAG.observe(tx.lane, (now - tx.created_at).total_seconds())
@@ -132,7 +130,7 @@ class Submitter:
                 log.debug("consumer.submit.started", extra={"transactionId": tx.id})
                 try:
                     result = await permit.run(
-                        self.executor.submit(payload), timeout_s=self._timeout_s
+                        member.client.submit(payload), timeout_s=self._timeout_s
                     )
                 except TimeoutError:
                     raise ExecutorError(
@@ -145,6 +143,18 @@ class Submitter:
         if self._fault == "exit-after-submit":
             os._exit(70)  # fault injection for the crash tests: die before recording
         return await self._answered(turn, result)
+
+    def _no_relayer(self, tx: Transaction) -> Outcome:
+        """No relayer may take ``tx`` now: the message comes back when one may (a gasless
+        request without the chain's RPC waits for its signer's relayer, for nonce order)."""
+        if self.pool.closed:  # others take work: only this signer's relayer cannot
+            return Outcome(
+                Failure.held,
+                "waiting for the relayer that keeps its signer's nonce order",
+                retry_after_s=self.pool.reopens_at - self.pool.now(),
+                action="held_for_relayer",
+            )
+        return circuit_open(self.pool.retry_in())
 
     async def _answered(self, turn: Turn, result: ExecutorTx) -> Outcome:
         """The executor answered: record its id. If another row's adoption took that id
@@ -238,9 +248,10 @@ class Submitter:
             metrics.IN_DOUBT.inc("failed")
             log.error("consumer.in_doubt.beyond_retention", extra={"transactionId": tx.id})
             return Outcome(Failure.permanent, "in doubt beyond retention", action="in_doubt_failed")
-        if not self.guard.breaker.may_call():
-            return circuit_open(self.guard.breaker.retry_in())
-        if not await self.recorder.claim(tx, turn.owner, utcnow(), stamp=False):
+        breaker = self.pool.member(tx.relayer).breaker
+        if not breaker.may_call():  # its answer is at the relayer it went to, nowhere else
+            return circuit_open(breaker.retry_in())
+        if not await self.recorder.claim(tx, turn.owner, utcnow()):
             return await self.recorder.lost_claim(tx.id)
         return await self._decide(turn, started)
 
@@ -249,15 +260,16 @@ class Submitter:
         created, or, if the complete list shows nothing free, submit afresh."""
         tx = turn.tx
         payload = executor_payload(tx, self._overhead)
+        member = self.pool.member(tx.relayer)
         for _ in range(_ADOPTION_ROUNDS):
-            found = await self.lookup.find(payload, started)
+            found = await member.lookup.find(payload, started)
             if not found.complete:
                 metrics.IN_DOUBT.inc("lookup_incomplete")
                 await self.recorder.write(tx, tx.status, claimed_by=None)
                 return Outcome(
                     Failure.transient,
                     f"in doubt; executor lookup incomplete: {found.reason}",
-                    retry_after_s=self.guard.breaker.retry_in() or None,
+                    retry_after_s=member.breaker.retry_in() or None,
                     action="lookup_incomplete",
                     attempts=tx.attempts,
                 )

@@ -4,7 +4,8 @@ the executor's retention deletes its record.
 
 A transaction the executor answers 404 for is marked ``upstream_missing_since``; if it stays
 missing for ``reconcile_missing_after_s`` the reconciler gives it a final status. The tracker
-takes executor slots like every call of the process and pauses while the circuit is open."""
+takes executor slots like every call of the process, and asks each transaction's relayer
+(the one it was sent to) while that relayer's circuit is closed."""
 
 from __future__ import annotations
 
@@ -14,12 +15,13 @@ from datetime import timedelta
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from queue_consumer.circuit import CircuitOpen, ExecutorGuard
+from queue_consumer.circuit import CircuitOpen
+from queue_consumer.pool import Pool
 from queue_consumer.tracking import repository
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch
-from relay_core.executor import ErrorKind, ExecutorClient, ExecutorError
+from relay_core.executor import ErrorKind, ExecutorError
 from relay_core.statuses import is_terminal
 from relay_core.tracking import apply_upstream, interpret
 from relay_core.views import status_entry
@@ -31,8 +33,7 @@ class Tracker:
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
-        executor: ExecutorClient,
-        guard: ExecutorGuard,
+        pool: Pool,
         cache: StatusCache | None,
         *,
         stale_after_s: float,
@@ -40,8 +41,7 @@ class Tracker:
         concurrency: int,
     ) -> None:
         self._sessions = sessions
-        self._executor = executor
-        self._guard = guard
+        self._pool = pool
         self._cache = cache
         self._stale_after = timedelta(seconds=stale_after_s)
         self._batch = batch
@@ -50,7 +50,7 @@ class Tracker:
 
     async def run_once(self) -> int:
         """Refresh one batch of due transactions; returns how many were looked at."""
-        if not self._guard.breaker.closed:
+        if not any(breaker.closed for breaker in self._pool.breakers):
             return 0
         async with self._sessions() as session:
             ids = await repository.due(session, utcnow() - self._stale_after, self._batch)
@@ -63,9 +63,10 @@ class Tracker:
                 tx = await session.get(Transaction, transaction_id)
             if tx is None or tx.executor_tx_id is None:
                 return
+            member = self._pool.member(tx.relayer)  # the relayer that has it
             try:
-                async with self._guard.slot(counted=False):
-                    upstream = await self._executor.get(tx.executor_tx_id)
+                async with member.guard.slot(counted=False):
+                    upstream = await member.client.get(tx.executor_tx_id)
             except CircuitOpen:
                 return
             except ExecutorError as exc:

@@ -14,7 +14,7 @@ class AuditActor(BaseModel):
 
 
 class AuditTarget(BaseModel):
-    kind: str = Field(description="client | lane | dlq")
+    kind: str = Field(description="client | lane | relayer | dlq")
     id: str | None
     name: str | None
 
@@ -25,7 +25,7 @@ class AuditEntryView(BaseModel):
     actor: AuditActor
     action: str = Field(
         description="client.create, client.change, client.revoke, lane.pause, lane.drain, "
-        "lane.resume, dlq.redrive, dlq.purge"
+        "lane.resume, relayer.pause, relayer.resume, dlq.redrive, dlq.purge"
     )
     target: AuditTarget
     before: dict[str, Any] | None

@@ -15,6 +15,9 @@ relay queues create                   queue + DLQ + redrive on AWS_ENDPOINT_URL 
 relay queues status [--json]          each lane's switch, its consumers, the queues' depths
 relay queues pause|drain|resume [--lane normal] [--reason TEXT] [--wait]
                                       stop receiving / finish the queue, then stop / go on
+relay relayers [--json]               each relayer of the pool: state, in flight, balance
+relay relayers pause RELAYER [--reason TEXT] | relay relayers resume RELAYER
+                                      it takes no new work / takes work again
 relay dlq list [--limit N] [--json]   dead letters with their reasons and their rows
 relay dlq show REF [--json]           one (REF: message or transaction id) and its history
 relay dlq redrive REF ... | --all     back to the work queue, rows ready to decide afresh
@@ -42,13 +45,13 @@ from __future__ import annotations
 import argparse
 from collections.abc import Sequence
 
-from relay_api.cli import audit, clients, dlq, keys, maintenance, queues, serve, tx
+from relay_api.cli import audit, clients, dlq, keys, maintenance, queues, relayers, serve, tx
 from relay_api.cli.serve import serve_main
 
 __all__ = ["build_parser", "main", "serve_main"]
 
 # In the order `relay --help` lists them.
-GROUPS = (maintenance, keys, clients, queues, dlq, audit, serve, tx)
+GROUPS = (maintenance, keys, clients, queues, relayers, dlq, audit, serve, tx)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -58,18 +58,13 @@ async def _reconcile_once(settings: ApiSettings, args: argparse.Namespace) -> in
     from relay_core import cache as cache_mod
     from relay_core import evm, queue
     from relay_core.db.engine import create_engine, create_sessionmaker
-    from relay_core.executor import ExecutorClient
     from relay_core.reconcile import Reconciler
+    from relay_core.relayers import ExecutorPool
 
     engine = create_engine(settings)
     redis = cache_mod.connect(settings.redis_url, 1.0) if settings.redis_url else None
     rpc = evm.EvmRpc(settings.chain_rpc_url) if settings.chain_rpc_url else None
-    executor = ExecutorClient(
-        settings.executor_url,
-        settings.executor_api_key.get_secret_value(),
-        settings.executor_relayer_id,
-        timeout_s=settings.executor_timeout_s,
-    )
+    executors = ExecutorPool.configured(settings, timeout_s=settings.executor_timeout_s)
     try:
         async with queue.sqs_client(
             config=queue.client_config(settings), **queue.sqs_client_kwargs(settings)
@@ -82,7 +77,7 @@ async def _reconcile_once(settings: ApiSettings, args: argparse.Namespace) -> in
                 lanes,
                 settings,
                 status_cache,
-                executor=executor,
+                executors=executors,
                 rpc=rpc,
             )
             report = await reconciler.run_once()
@@ -91,7 +86,7 @@ async def _reconcile_once(settings: ApiSettings, args: argparse.Namespace) -> in
             await redis.aclose()
         if rpc is not None:
             await rpc.aclose()
-        await executor.aclose()
+        await executors.aclose()
         await engine.dispose()
     out(
         f"examined {report.examined} row(s): {report.requeued} enqueued again, "

@@ -116,6 +116,45 @@ function renderQueues(view) {
   ])));
 }
 
+function eth(wei) {
+  if (wei === null || wei === undefined) return "–";
+  return (Number(BigInt(wei) / 10n ** 14n) / 1e4).toFixed(4);
+}
+
+async function switchRelayer(relayer, state) {
+  const reason = state === "running" ? null : "from the dashboard";
+  try {
+    await call("/relayers/" + encodeURIComponent(relayer),
+               { method: "PATCH", body: JSON.stringify({ state, reason }) });
+    await refresh();
+  } catch (error) { $("problem").textContent = error.message; }
+}
+
+function relayerButton(relayer, paused) {
+  const td = document.createElement("td");
+  td.className = "actions";
+  const button = document.createElement("button");
+  button.textContent = paused ? "Resume" : "Pause";
+  button.dataset.action = paused ? "running" : "paused";
+  button.addEventListener("click", () => switchRelayer(relayer, button.dataset.action));
+  td.appendChild(button);
+  return td;
+}
+
+function renderRelayers(view) {
+  fill("relayers", view.relayers.map((r) => {
+    const state = pill(r.state);
+    state.title = [r.paused ? "paused by " + r.pausedBy : "", r.pauseReason, r.detail]
+      .filter(Boolean).join("; ");
+    return row([
+      cell(r.relayer), state, cell(r.submitted, "num"), cell(eth(r.balanceWei), "num"),
+      cell(ago(r.lastMinedAt), "num"), relayerButton(r.relayer, r.paused),
+    ], { "data-relayer": r.relayer, "data-state": r.state });
+  }));
+  $("relayers-note").textContent = "jammed: not mined for " + view.jamAfterS + " s; low: under "
+    + eth(view.minBalanceWei) + " ETH. Paused takes no new work.";
+}
+
 function renderDlq(views) {
   $("dlq-depth").textContent = views.reduce((sum, v) => sum + v.depth, 0);
   const messages = views.flatMap((v) => v.messages);
@@ -164,7 +203,8 @@ function renderActivity(view) {
 
 async function refresh() {
   const queues = call("/queues").then(renderQueues);
-  const reads = [queues, call("/activity").then(renderActivity)];
+  const reads = [queues, call("/activity").then(renderActivity),
+                 call("/relayers").then(renderRelayers)];
   // Reading the DLQ hides its messages for a moment: not more often than every 30 s.
   if (Date.now() - dlqReadAt > 30000) {
     dlqReadAt = Date.now();

@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_core.cache import StatusCache
 from relay_core.db.models import Transaction, utcnow
-from relay_core.executor import ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.executor import ExecutorError, ExecutorTx
+from relay_core.relayers import ExecutorPool
 from relay_core.statuses import is_terminal
 from relay_core.tracking import apply_upstream, interpret
 from relay_core.views import status_entry
@@ -25,14 +26,14 @@ log = logging.getLogger(__name__)
 class Refresher:
     def __init__(
         self,
-        executor: ExecutorClient,
+        executors: ExecutorPool,
         sessions: async_sessionmaker[AsyncSession],
         cache: StatusCache | None,
         *,
         refresh_after_s: float,
         timeout_s: float,
     ) -> None:
-        self._executor = executor
+        self._executors = executors
         self._sessions = sessions
         self._cache = cache
         self._refresh_after = timedelta(seconds=refresh_after_s)
@@ -48,7 +49,7 @@ class Refresher:
         """The refreshed row, or None when the executor could not tell us in time."""
         task = self._in_flight.get(tx.id)
         if task is None:
-            task = asyncio.create_task(self._refresh(tx.id, str(tx.executor_tx_id)))
+            task = asyncio.create_task(self._refresh(tx.id, tx.relayer, str(tx.executor_tx_id)))
             self._in_flight[tx.id] = task
             task.add_done_callback(lambda _: self._in_flight.pop(tx.id, None))
         try:
@@ -56,9 +57,11 @@ class Refresher:
         except TimeoutError:
             return None
 
-    async def _refresh(self, transaction_id: str, executor_tx_id: str) -> Transaction | None:
-        try:
-            upstream = await self._executor.get(executor_tx_id)
+    async def _refresh(
+        self, transaction_id: str, relayer: str | None, executor_tx_id: str
+    ) -> Transaction | None:
+        try:  # at the relayer it was sent to
+            upstream = await self._executors.of(relayer).get(executor_tx_id)
         except ExecutorError as exc:
             log.info(
                 "api.status.upstream_unavailable",
@@ -83,8 +86,14 @@ class Refresher:
         return None
 
     async def lookup(self, executor_tx_id: str) -> ExecutorTx | None:
-        """Admin look-up of an id Relay does not know (it may be an executor id)."""
-        try:
-            return await asyncio.wait_for(self._executor.get(executor_tx_id), self._timeout_s)
-        except (ExecutorError, TimeoutError):
-            return None
+        """Admin look-up of an id Relay does not know (it may be an executor id): each
+        relayer of the pool is asked (the executor finds a transaction by its id alone, but
+        one instance knows only its own)."""
+        for relayer in self._executors:
+            try:
+                return await asyncio.wait_for(
+                    self._executors.of(relayer).get(executor_tx_id), self._timeout_s
+                )
+            except (ExecutorError, TimeoutError):
+                continue
+        return None

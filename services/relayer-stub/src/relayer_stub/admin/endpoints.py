@@ -72,7 +72,7 @@ async def get_faults(runtime: RuntimeDep) -> JSONResponse:
 @router.put("/faults")
 async def put_faults(runtime: RuntimeDep, config: FaultConfig) -> JSONResponse:
     """Replace the fault configuration (omitted fields take their defaults: ``{}`` clears)."""
-    runtime.faults.configure(config)
+    runtime.faults.configure(_known_relayers(runtime, config))
     return _faults(runtime)
 
 
@@ -80,8 +80,26 @@ async def put_faults(runtime: RuntimeDep, config: FaultConfig) -> JSONResponse:
 async def patch_faults(
     runtime: RuntimeDep, patch: Annotated[dict[str, Any], Body()]
 ) -> JSONResponse:
-    runtime.faults.configure(_validated(FaultConfig, runtime.faults.config.model_dump(), patch))
+    config = _validated(FaultConfig, runtime.faults.config.model_dump(), patch)
+    runtime.faults.configure(_known_relayers(runtime, config))
     return _faults(runtime)
+
+
+def _known_relayers(runtime: Runtime, config: FaultConfig) -> FaultConfig:
+    """``jam_relayers`` and ``relayer_balances`` may only name the stub's relayers."""
+    unknown = config.unknown_relayers(runtime.transactions.relayers)
+    if unknown:
+        raise RequestValidationError(
+            [
+                {
+                    "loc": ("body", "relayer"),
+                    "msg": f"unknown relayer id(s) {unknown}; this stub serves "
+                    f"{list(runtime.transactions.relayers)}",
+                    "type": "value_error",
+                }
+            ]
+        )
+    return config
 
 
 def _lifecycle(runtime: Runtime) -> JSONResponse:
@@ -150,6 +168,10 @@ async def stats(runtime: RuntimeDep) -> JSONResponse:
             "faults": dict(runtime.faults.injected),
             "hanging": runtime.transactions.hanging,
             "webhooks": dict(runtime.webhooks.stats) | {"pending": runtime.webhooks.pending},
+            # relayer id -> its transactions not yet mined (pending, sent or submitted)
+            "jammed_relayers": {
+                rid: runtime.store.in_flight(rid) for rid in runtime.faults.jammed_relayers
+            },
         }
     )
 

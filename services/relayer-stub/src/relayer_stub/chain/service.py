@@ -35,7 +35,7 @@ from eth_account.signers.local import LocalAccount
 from relay_core import evm
 from relayer_stub.chain import signing
 from relayer_stub.chain.watcher import Watcher, node_has
-from relayer_stub.faults.service import FaultInjector
+from relayer_stub.errors import ProviderFailed
 from relayer_stub.lifecycle.service import EXPIRED_PENDING_REASON, Lifecycle
 from relayer_stub.transactions.models import Status, Transaction, now_rfc3339
 from relayer_stub.transactions.schemas import signing_problem
@@ -51,7 +51,6 @@ class ChainLifecycle(Lifecycle):
         *args: Any,
         rpc: evm.EvmRpc,
         signers: dict[str, LocalAccount],
-        faults: FaultInjector,
         confirmations: int,
         poll_interval_s: float,
         priority_fee_wei: int = 1_000_000_000,
@@ -60,7 +59,6 @@ class ChainLifecycle(Lifecycle):
         super().__init__(*args, **kwargs)
         self._rpc = rpc
         self._signers = signers
-        self._faults = faults
         self._priority_fee = priority_fee_wei
         self._chain_id: int | None = None
         self._queues: dict[str, deque[str]] = {rid: deque() for rid in signers}
@@ -107,6 +105,7 @@ class ChainLifecycle(Lifecycle):
         return super().stats() | {
             "chain": {
                 "queued": {rid: len(q) for rid, q in self._queues.items()},
+                "jammed": [rid for rid in self._queues if self._faults.jammed(rid)],
                 "watching": len(self._watcher.watching),
                 "mined_unconfirmed": len(self._watcher.mined),
                 "broadcasts": self.broadcasts,
@@ -117,8 +116,22 @@ class ChainLifecycle(Lifecycle):
 
     def configure(self, config: Any) -> None:
         super().configure(config)
+        self._wake_senders()  # a pause may have ended
+
+    def _faults_changed(self) -> None:
+        super()._faults_changed()
+        self._wake_senders()  # a jam may have been lifted
+
+    def _wake_senders(self) -> None:
         for event in self._wake.values():
-            event.set()  # a pause may have ended
+            event.set()
+
+    async def balance(self, relayer_id: str) -> int:
+        """The relayer's account balance on the node (``eth_getBalance``, latest block)."""
+        try:
+            return await self._rpc.balance(self._signers[relayer_id].address, "latest")
+        except (evm.RpcError, evm.RpcUnavailable) as exc:
+            raise ProviderFailed(f"Failed to fetch the relayer's balance: {exc}") from exc
 
     # -- the API's entry points ----------------------------------------------------------------
 
@@ -148,7 +161,8 @@ class ChainLifecycle(Lifecycle):
     async def _send_loop(self, relayer_id: str) -> None:
         queue, wake = self._queues[relayer_id], self._wake[relayer_id]
         while True:
-            while not queue or self._config.paused:
+            # Paused, or this relayer jammed: nothing is taken from the queue (it stays pending).
+            while not queue or self._config.paused or self._faults.jammed(relayer_id):
                 wake.clear()
                 await wake.wait()
             tx = self._store.get(queue[0])

@@ -1,1 +1,2 @@
-"""Fault injection on demand: latency, 5xx, 429, 400 and accept-then-hang."""
+"""Fault injection on demand: latency, 5xx, 429, 400, accept-then-hang, and per relayer a jam
+and a balance."""

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Iterable
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -83,9 +84,38 @@ class FaultConfig(BaseModel):
         0, ge=0, description="the next N broadcasts are refused by the node (an RPC error)"
     )
 
+    # Per relayer (ids of STUB_RELAYER_IDS; an unknown one is a validation error).
+    jam_relayers: list[str] = Field(
+        default_factory=list,
+        description="these relayers accept sends but mine none until lifted ([]): memory mode "
+        "holds their transactions at submitted, chain mode leaves them pending, unsent",
+    )
+    relayer_balances: dict[str, Annotated[int, Field(ge=0)]] = Field(
+        default_factory=dict,
+        description="relayer id -> the balance (wei) its balance and status routes report, "
+        "instead of 10**21 (memory) or eth_getBalance (chain)",
+    )
+
     seed: int | None = None
 
     @field_validator("reject_to", "hang_to")
     @classmethod
     def _lower(cls, values: list[str]) -> list[str]:
         return _lower_addresses(values)
+
+    @field_validator("jam_relayers")
+    @classmethod
+    def _ids(cls, values: list[str]) -> list[str]:
+        return list(dict.fromkeys(value.strip() for value in values if value.strip()))
+
+    @field_validator("relayer_balances", mode="before")
+    @classmethod
+    def _no_booleans(cls, value: Any) -> Any:
+        if isinstance(value, dict) and any(isinstance(v, bool) for v in value.values()):
+            raise ValueError("a balance is a whole number of wei")
+        return value
+
+    def unknown_relayers(self, relayer_ids: Iterable[str]) -> list[str]:
+        """The relayer ids named by the per-relayer faults that are not in ``relayer_ids``."""
+        named = set(self.jam_relayers) | set(self.relayer_balances)
+        return sorted(named - set(relayer_ids))

@@ -8,6 +8,7 @@ import asyncio
 import logging
 import random
 from collections import Counter
+from collections.abc import Callable
 
 from relayer_stub.errors import RateLimitedFault, ServerErrorFault
 from relayer_stub.faults.schemas import FaultConfig
@@ -19,6 +20,8 @@ class FaultInjector:
     def __init__(self, config: FaultConfig) -> None:
         self._config = config
         self._rng = random.Random(config.seed)
+        self._jammed: frozenset[str] = frozenset()
+        self._listeners: list[Callable[[], None]] = []
         self.injected: Counter[str] = Counter()
         self.configure(config)
 
@@ -31,6 +34,28 @@ class FaultInjector:
         self._config = config.model_copy(deep=True)
         self._rng = random.Random(config.seed)
         self.injected = Counter()
+        jammed = frozenset(config.jam_relayers)
+        if jammed != self._jammed:
+            log.info("stub.fault.jam", extra={"jammed": sorted(jammed)})
+        self._jammed = jammed
+        for listener in self._listeners:
+            listener()
+
+    def on_configure(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` after every change of configuration (a jam lifted, say)."""
+        self._listeners.append(listener)
+
+    def jammed(self, relayer_id: str) -> bool:
+        """This relayer accepts sends but none of its transactions may be mined."""
+        return relayer_id in self._jammed
+
+    @property
+    def jammed_relayers(self) -> list[str]:
+        return sorted(self._jammed)
+
+    def balance_override(self, relayer_id: str) -> int | None:
+        """The balance (wei) set for this relayer by ``relayer_balances``, if any."""
+        return self._config.relayer_balances.get(relayer_id)
 
     def _fires(self, next_field: str, rate: float) -> bool:
         remaining: int = getattr(self._config, next_field)

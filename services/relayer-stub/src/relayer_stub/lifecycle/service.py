@@ -8,7 +8,8 @@ status_reason "Transaction is expired. Replacing with NOOP.") that ends ``confir
 while pending fails it. A cancel while pending is final at once; while sent or submitted it
 becomes a no-op with ``is_canceled`` and ends ``canceled``. Final transactions are deleted
 after the retention period. Every change is sent as a webhook and written to the ledger
-(batched: one write per transaction per ``persist_interval_s``).
+(batched: one write per transaction per ``persist_interval_s``). A jammed relayer's
+(fault ``jam_relayers``) transactions advance to submitted and wait there until it is lifted.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import orjson
 
 from relay_core.errors import BadRequest
+from relayer_stub.faults.service import FaultInjector
 from relayer_stub.ledger.repository import Ledger
 from relayer_stub.lifecycle.schemas import LifecycleConfig
 from relayer_stub.transactions.models import (
@@ -43,6 +45,7 @@ log = logging.getLogger(__name__)
 EXPIRED_NOOP_REASON = "Transaction is expired. Replacing with NOOP."
 EXPIRED_PENDING_REASON = "Transaction is expired: valid_until passed before it was sent"
 NOOP_GAS_LIMIT = 21_000
+DEFAULT_BALANCE_WEI = 10**21  # memory mode: every relayer's balance unless a fault sets it
 SPEED_PERCENT = {"safeLow": 100, "average": 125, "fast": 150, "fastest": 200}
 _ERC20_TRANSFER = "a9059cbb"
 _ERC20_TRANSFER_FROM = "23b872dd"
@@ -82,8 +85,11 @@ class Lifecycle:
         retention_s: float,
         maintenance_interval_s: float,
         persist_interval_s: float,
+        faults: FaultInjector,
     ) -> None:
         self._config = config.model_copy(deep=True)
+        self._faults = faults
+        faults.on_configure(self._faults_changed)  # a jam lifted: its transactions go on
         self._rng = random.Random(config.seed)
         self._store = store
         self._ledger = ledger
@@ -113,8 +119,15 @@ class Lifecycle:
         self._rng = random.Random(config.seed)
         self._release_parked()
 
+    def _faults_changed(self) -> None:
+        self._release_parked()
+
     def next_nonce(self, relayer_id: str) -> int:
         return self._nonces.get(relayer_id, 0)
+
+    async def balance(self, relayer_id: str) -> int:
+        """The relayer's balance in wei (memory mode: a fixed, ample amount)."""
+        return DEFAULT_BALANCE_WEI
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -218,7 +231,8 @@ class Lifecycle:
         self._loop.call_later(delay_ms / 1000.0, self._step, tx.id, tx.version)
 
     def _holds(self, tx: Transaction) -> bool:
-        return self._config.paused or tx.status.value == self._config.hold_at
+        jammed = tx.status is Status.submitted and self._faults.jammed(tx.relayer_id)
+        return self._config.paused or tx.status.value == self._config.hold_at or jammed
 
     def _step(self, tx_id: str, version: int) -> None:
         tx = self._store.get(tx_id)

@@ -57,4 +57,13 @@ async def cancel_transaction(
 async def relayer_status(relayer_id: str, request: Request) -> JSONResponse:
     runtime = runtime_of(request)
     await runtime.faults.before_request(submit=False)
-    return success(runtime.transactions.relayer_status(relayer_id))
+    return success(await runtime.transactions.relayer_status(relayer_id))
+
+
+@router.get("/relayers/{relayer_id}/balance")
+async def relayer_balance(relayer_id: str, request: Request) -> JSONResponse:
+    """``{"balance": <wei, a JSON integer>, "unit": "wei"}``, as upstream's BalanceResponse."""
+    runtime = runtime_of(request)
+    await runtime.faults.before_request(submit=False)
+    balance = await runtime.transactions.balance(relayer_id)
+    return success({"balance": balance, "unit": "wei"})

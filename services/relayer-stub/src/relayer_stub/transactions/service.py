@@ -154,11 +154,20 @@ class TransactionService:
         self._lifecycle.expire(tx)
         return tx.response()
 
-    def relayer_status(self, relayer_id: str) -> dict[str, Any]:
+    async def balance(self, relayer_id: str) -> int:
+        """The relayer's balance in wei: the ``relayer_balances`` fault if it names the relayer,
+        otherwise the lifecycle's (memory: 10**21; chain: eth_getBalance of its account)."""
         self.relayer_address(relayer_id)
+        override = self._faults.balance_override(relayer_id)
+        if override is not None:
+            return override
+        return await self._lifecycle.balance(relayer_id)
+
+    async def relayer_status(self, relayer_id: str) -> dict[str, Any]:
+        balance = await self.balance(relayer_id)
         return {
             "network_type": "evm",
-            "balance": str(10**21),
+            "balance": str(balance),
             "pending_transactions_count": self._store.in_flight(relayer_id),
             "last_confirmed_transaction_timestamp": None,
             "system_disabled": False,

@@ -1,0 +1,138 @@
+"""The pool's watch: every few seconds, what each relayer holds, whether an operator paused
+it, whether it is jammed; every half minute, its balance. Its verdicts set each relayer's state
+(relay_core.pool) and are written for the pool view.
+
+**Jammed.** A relayer whose oldest ``submitted`` transaction has not been mined for
+``relayer_jam_after_s`` (by Relay's row, which the executor's webhooks and the tracker keep
+current) is jammed: a nonce stuck at the executor (OZ Relayer issues #818, #843), a fee the
+market has left behind, an executor that accepts and never broadcasts. Counting from the
+oldest one also covers a relayer whose count grows while nothing is mined: its first stuck
+transaction ages like any other. It takes no new work; what it holds stays with it (sending it
+again elsewhere could execute it twice); it is ``ok`` again as soon as its oldest submitted
+transaction is younger than the limit, that is once it mines again. An operator cancels or
+replaces the stuck transaction at the executor (docs/runbook.md).
+
+**Low.** A relayer whose balance (the executor's ``GET /relayers/{id}/status``) is below its
+floor takes no new work until it is funded; a balance that cannot be read keeps the last one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from datetime import datetime, timedelta
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from queue_consumer import metrics
+from queue_consumer.pool import Member, Pool
+from queue_consumer.settings import ConsumerSettings
+from relay_core import pool as pool_state
+from relay_core.db.models import utcnow
+from relay_core.executor import parse_time
+from relay_core.pool import Held, RelayerState
+
+log = logging.getLogger(__name__)
+
+
+class Watch:
+    def __init__(
+        self, pool: Pool, sessions: async_sessionmaker[AsyncSession], settings: ConsumerSettings
+    ) -> None:
+        self.pool = pool
+        self.sessions = sessions
+        self.consumer_id = settings.consumer_id
+        self.jam_after = timedelta(seconds=settings.relayer_jam_after_s)
+        self.interval_s = settings.relayer_watch_interval_s
+        self.balance_interval_s = settings.relayer_balance_interval_s
+        self.timeout_s = settings.executor_timeout_s
+        self.balance_at: dict[str, datetime] = {}
+        metrics.watch_pool(pool)
+
+    async def run(self) -> None:
+        await asyncio.gather(self._looking(), self._reading_balances())
+
+    async def _looking(self) -> None:
+        while True:
+            try:
+                await self.look()
+            except Exception as exc:
+                log.warning("consumer.relayers.watch_failed", extra={"error": str(exc)[:200]})
+            await asyncio.sleep(self.interval_s)
+
+    async def _reading_balances(self) -> None:
+        while True:
+            await asyncio.gather(*(self.read_balance(m) for m in self.pool.members.values()))
+            await asyncio.sleep(self.balance_interval_s)
+
+    async def look(self) -> None:
+        """One pass: count, judge, report."""
+        async with self.sessions() as session:
+            held = await pool_state.held(session, self.pool.default)
+            paused = await pool_state.paused(session)
+        now = utcnow()
+        for member in self.pool.members.values():
+            member.held = held.get(member.id, Held())
+            member.routed = 0
+            health, detail = self.verdict(member, now, paused)
+            before = member.health
+            if self.pool.set_health(member, health, detail):
+                self._changed(member, before, now)
+        reports = [
+            pool_state.Report(
+                relayer=m.id,
+                state=m.state.value,
+                detail=m.detail or None,
+                held=m.held,
+                balance_wei=m.balance_wei,
+                balance_at=self.balance_at.get(m.id),
+                last_mined_at=m.last_mined_at,
+            )
+            for m in self.pool.members.values()
+        ]
+        async with self.sessions() as session, session.begin():
+            await pool_state.write_reports(session, reports, self.consumer_id)
+
+    def verdict(self, member: Member, now: datetime, paused: set[str]) -> tuple[RelayerState, str]:
+        if member.id in paused:
+            return RelayerState.paused, "paused by an operator"
+        oldest = member.held.oldest
+        if oldest is not None and now - oldest > self.jam_after:
+            return RelayerState.jammed, (
+                f"{member.held.count} submitted, the oldest for "
+                f"{(now - oldest).total_seconds():.0f} s without being mined"
+            )
+        floor = member.spec.min_balance_wei
+        if floor and member.balance_wei is not None and member.balance_wei < floor:
+            return RelayerState.low, f"balance {member.balance_wei} wei, below {floor}"
+        return RelayerState.ok, ""
+
+    def _changed(self, member: Member, before: RelayerState, now: datetime) -> None:
+        extra = {
+            "relayer": member.id,
+            "state": member.health.value,
+            "before": before.value,
+            "detail": member.detail,
+            "submitted": member.held.count,
+        }
+        if member.health is RelayerState.ok:
+            log.warning("consumer.relayer.recovered", extra=extra)
+        else:
+            # consumer.relayer.jammed / .low / .paused: infra/ alarms on the first two
+            log.error(f"consumer.relayer.{member.health.value}", extra=extra)
+            metrics.RELAYER_TROUBLE.inc(member.id, member.health.value)
+
+    async def read_balance(self, member: Member) -> None:
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                status = await member.guard.within_limit(member.client.status())
+            member.balance_wei = int(status["balance"])
+            self.balance_at[member.id] = utcnow()
+            mined = status.get("last_confirmed_transaction_timestamp")
+            if mined:
+                member.last_mined_at = parse_time(mined)
+        except Exception as exc:  # keep the last balance; the circuit judges the executor
+            log.info(
+                "consumer.relayer.balance_unread",
+                extra={"relayer": member.id, "error": str(exc)[:200]},
+            )
