@@ -6,6 +6,7 @@ sent twice; a jammed relayer is noticed, starved and comes back."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections import Counter
 from pathlib import Path
@@ -225,3 +226,41 @@ async def test_a_jammed_relayer_is_noticed_starved_and_comes_back_when_it_mines_
     assert len(sent) == 60, "nothing sent twice"
     for row in rows(database_url):
         assert sent[row["executor_tx_id"]] == row["relayer"]
+
+
+async def test_rows_behind_the_executor_do_not_make_a_relayer_jammed(
+    database_url: str, sqs: Any, queues: tuple[str, str], pool_stub: Stub, run_consumer: Any
+) -> None:
+    """Relay's rows say submitted for minutes (no webhooks, the tracker off: as during an
+    executor outage, when the tracker waits), but the executor has mined them: the watch asks
+    it before calling the relayer jammed, and it is not."""
+    executor_ids = submit_to_stub(
+        pool_stub, [{"to": DEAD, "data": f"0x{i:08x}", "value": "0"} for i in range(5)]
+    )
+    ids = seed_rows(database_url, 5)
+    long_ago = utcnow() - SETTLED * 4
+    for tx_id, executor_id in zip(ids, executor_ids, strict=True):
+        set_rows(
+            database_url,
+            [tx_id],
+            status="submitted",
+            executor_tx_id=executor_id,
+            relayer="relayer-1",
+            submitted_at=long_ago,
+            attempts=1,
+        )
+    await wait_until(
+        lambda: {e["status"] for e in pool_stub.ledger()[1]} == {"confirmed"}, 30, "mined"
+    )
+    consumer = await run_consumer(
+        executor_url=pool_stub.base_url,
+        executor_relayers=POOL,
+        relayer_jam_after_s=2,
+        relayer_watch_interval_s=0.5,
+        tracker_enabled=False,
+    )
+    member = consumer.pool.members["relayer-1"]
+    await wait_until(lambda: member.held.count == 5, 10, "the watch to count them")
+    await asyncio.sleep(3)  # several passes past the limit
+    assert member.state is RelayerState.ok, member.detail
+    assert status_counts(database_url) == {"submitted": 5}, "the rows were indeed behind"

@@ -148,8 +148,14 @@ async def test_a_jammed_relayer_accepts_but_mines_nothing_until_the_jam_is_lifte
     free = await send_as(pool, "relayer-1")
     other = await send_as(pool, "relayer-3")
 
-    assert (await pool.wait_for(free["id"]))["status"] == "confirmed"
+    confirmed = await pool.wait_for(free["id"])
+    assert confirmed["status"] == "confirmed"
     assert (await pool.wait_for(other["id"]))["status"] == "confirmed"
+    # what a jammed relayer does not have: a recent confirmation (the others do)
+    assert (await status(pool, "relayer-1"))["last_confirmed_transaction_timestamp"] == (
+        confirmed["confirmed_at"]
+    )
+    assert (await status(pool, "relayer-2"))["last_confirmed_transaction_timestamp"] is None
     for tx in held:
         await pool.wait_for(tx["id"], "submitted")
     await asyncio.sleep(0.2)  # zero lifecycle delays: time enough to have been mined

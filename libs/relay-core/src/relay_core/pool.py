@@ -25,7 +25,7 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_core.db.models import RelayerControl, RelayerReport, Transaction, utcnow
@@ -72,6 +72,19 @@ async def held(session: AsyncSession, default: str) -> dict[str, Held]:
         earliest = min((t for t in (before.oldest, oldest) if t is not None), default=None)
         found[name] = Held(before.count + int(count), earliest)
     return found
+
+
+async def oldest_submitted(session: AsyncSession, relayer: str, default: str) -> str | None:
+    """The executor id of ``relayer``'s oldest submitted transaction, if it holds one."""
+    mine = Transaction.relayer == relayer
+    if relayer == default:
+        mine = or_(mine, Transaction.relayer.is_(None))
+    return await session.scalar(
+        select(Transaction.executor_tx_id)
+        .where(Transaction.status == TxStatus.submitted.value, mine)
+        .order_by(Transaction.submitted_at)
+        .limit(1)
+    )
 
 
 def check_relayer(relayer: str, pool: Iterable[str]) -> str:

@@ -3,11 +3,16 @@ it, whether it is jammed; every half minute, its balance. Its verdicts set each 
 (relay_core.pool) and are written for the pool view.
 
 **Jammed.** A relayer whose oldest ``submitted`` transaction has not been mined for
-``relayer_jam_after_s`` (by Relay's row, which the executor's webhooks and the tracker keep
-current) is jammed: a nonce stuck at the executor (OZ Relayer issues #818, #843), a fee the
-market has left behind, an executor that accepts and never broadcasts. Counting from the
-oldest one also covers a relayer whose count grows while nothing is mined: its first stuck
-transaction ages like any other. It takes no new work; what it holds stays with it (sending it
+``relayer_jam_after_s`` is jammed: a nonce stuck at the executor (OZ Relayer issues #818,
+#843), a fee the market has left behind, an executor that accepts and never broadcasts.
+Counting from the oldest one also covers a relayer whose count grows while nothing is mined:
+its first stuck transaction ages like any other. Relay's rows only suggest it (they follow the
+executor's webhooks and the tracker, which may be behind: during an executor outage the
+tracker waits); the executor decides: the oldest one is asked for, and only if the executor
+still has it unmined (pending, sent, submitted), and the relayer has confirmed nothing else
+within the limit either (when the executor says, ``last_confirmed_transaction_timestamp``: a
+relayer with a long queue is busy, not jammed), is the relayer jammed. No answer: no verdict,
+the relayer keeps the state it had. It takes no new work; what it holds stays with it (sending it
 again elsewhere could execute it twice); it is ``ok`` again as soon as its oldest submitted
 transaction is younger than the limit, that is once it mines again. An operator cancels or
 replaces the stuck transaction at the executor (docs/runbook.md).
@@ -25,14 +30,18 @@ from datetime import datetime, timedelta
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from queue_consumer import metrics
+from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Member, Pool
 from queue_consumer.settings import ConsumerSettings
 from relay_core import pool as pool_state
 from relay_core.db.models import utcnow
-from relay_core.executor import parse_time
+from relay_core.executor import ExecutorError, parse_time
 from relay_core.pool import Held, RelayerState
 
 log = logging.getLogger(__name__)
+
+# The executor's statuses of a transaction it holds and has not mined (OZ Relayer v1.x).
+UNMINED = frozenset({"pending", "sent", "submitted"})
 
 
 class Watch:
@@ -75,6 +84,8 @@ class Watch:
             member.held = held.get(member.id, Held())
             member.routed = 0
             health, detail = self.verdict(member, now, paused)
+            if health is RelayerState.jammed:
+                health, detail = await self.confirm_jam(member, detail, now)
             before = member.health
             if self.pool.set_health(member, health, detail):
                 self._changed(member, before, now)
@@ -106,6 +117,27 @@ class Watch:
         if floor and member.balance_wei is not None and member.balance_wei < floor:
             return RelayerState.low, f"balance {member.balance_wei} wei, below {floor}"
         return RelayerState.ok, ""
+
+    async def confirm_jam(
+        self, member: Member, detail: str, now: datetime
+    ) -> tuple[RelayerState, str]:
+        """Ask the executor whether the relayer's oldest submitted transaction is still not
+        mined (see the module's doc)."""
+        async with self.sessions() as session:
+            oldest = await pool_state.oldest_submitted(session, member.id, self.pool.default)
+        if oldest is None:
+            return RelayerState.ok, ""
+        try:
+            async with asyncio.timeout(self.timeout_s), member.guard.slot(counted=False):
+                upstream = await member.client.get(oldest)
+        except (CircuitOpen, ExecutorError, TimeoutError):
+            return member.health, member.detail  # no verdict
+        if upstream.status not in UNMINED:
+            return RelayerState.ok, ""  # mined: Relay's row is behind, the tracker follows
+        mined = member.last_mined_at
+        if mined is not None and now - mined < self.jam_after:
+            return RelayerState.ok, ""  # busy with a long queue, and mining
+        return RelayerState.jammed, f"{detail} (the executor has it {upstream.status})"
 
     def _changed(self, member: Member, before: RelayerState, now: datetime) -> None:
         extra = {

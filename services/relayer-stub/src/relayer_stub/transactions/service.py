@@ -169,7 +169,7 @@ class TransactionService:
             "network_type": "evm",
             "balance": str(balance),
             "pending_transactions_count": self._store.in_flight(relayer_id),
-            "last_confirmed_transaction_timestamp": None,
+            "last_confirmed_transaction_timestamp": self._store.last_confirmed(relayer_id),
             "system_disabled": False,
             "paused": False,
             "nonce": str(self._lifecycle.next_nonce(relayer_id)),

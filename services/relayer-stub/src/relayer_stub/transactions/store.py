@@ -57,3 +57,12 @@ class TransactionStore:
     def in_flight(self, relayer_id: str) -> int:
         active = (Status.pending, Status.sent, Status.submitted)
         return sum(1 for tx in self._by_relayer.get(relayer_id, {}).values() if tx.status in active)
+
+    def last_confirmed(self, relayer_id: str) -> str | None:
+        """When the relayer's latest confirmed transaction was confirmed (RFC 3339), or None."""
+        times = (
+            tx.confirmed_at
+            for tx in self._by_relayer.get(relayer_id, {}).values()
+            if tx.status is Status.confirmed and tx.confirmed_at
+        )
+        return max(times, default=None)
