@@ -145,7 +145,6 @@ class ExecutorClient:
         relayer = f"{prefix}/api/v1/relayers/{quote(relayer_id, safe='')}"
         self._base = f"{relayer}/transactions"
         self._status = f"{relayer}/status"
-        self.relayer_id = relayer_id
         self._headers = {"authorization": f"Bearer {api_key}"}
         self._json_headers = {**self._headers, "content-type": "application/json"}
         # The connect timeout covers waiting for a pooled connection and opening one: the

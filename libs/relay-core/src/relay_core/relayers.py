@@ -146,9 +146,6 @@ class ExecutorPool:
     def __iter__(self) -> Iterator[str]:
         return iter(self.specs)
 
-    def __len__(self) -> int:
-        return len(self.specs)
-
     async def aclose(self) -> None:
         for client in self.clients.values():
             await client.aclose()

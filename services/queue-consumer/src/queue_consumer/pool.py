@@ -181,9 +181,6 @@ class Pool:
             return 0.0
         return max(1.0, self.reopens_at - self._clock())
 
-    def may_call(self) -> bool:
-        return self.closed
-
     @property
     def opened(self) -> int:
         return sum(m.breaker.opened for m in self.members.values())
