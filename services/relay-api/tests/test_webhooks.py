@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
 import hmac
@@ -29,6 +30,16 @@ HASH_2 = "0x" + "22" * 32
 @pytest.fixture
 def settings_overrides() -> dict[str, Any]:
     return {"webhook_signing_key": KEY, "executor_url": "http://127.0.0.1:9"}
+
+
+@pytest.fixture(autouse=True, params=["batched", "one-at-a-time"])
+def way(request: pytest.FixtureRequest, runtime: Runtime) -> str:
+    """Every test both ways: batched on driver connections (MySQL, relay_api.webhooks.batch)
+    and one at a time through a Session (what SQLite gets)."""
+    assert runtime.webhooks is not None  # these tests run on MariaDB
+    if request.param == "one-at-a-time":
+        runtime.webhooks = None
+    return str(request.param)
 
 
 def signed(body: dict[str, Any], key: str = KEY) -> tuple[bytes, dict[str, str]]:
@@ -245,3 +256,90 @@ async def test_webhook_receipts_are_forgotten_once_older_than_their_retention(
         left = list((await session.execute(select(WebhookReceipt.id))).scalars())
     assert left == ["fresh"]
     assert "webhook-receipts" in {t.get_name() for t in runtime.tasks}
+
+
+async def _delivered(client: httpx.AsyncClient, body: dict[str, Any], way: str) -> httpx.Response:
+    """Posted until answered 200, as the executor retries. Batched, the first answer is
+    200: a row's deliveries are applied one after the other, none finds it moved. One at a
+    time, concurrent sessions race for a row, and the loser, three times over, is a 400."""
+    for _ in range(10):
+        response = await _post(client, body)
+        if response.status_code == 200 or way == "batched":
+            break
+        assert response.json()["detail"] == "the transaction kept changing; retry"
+    assert response.status_code == 200, response.text
+    return response
+
+
+async def test_concurrent_webhooks_for_many_transactions_share_batches(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, way: str
+) -> None:
+    """Forty transactions' whole lifecycles, duplicated and shuffled, all at once: each ends
+    confirmed with its trail forward-only and no status twice, and (batched) fewer batches
+    than deliveries."""
+    writer = runtime.webhooks
+    rows = [await _submitted_tx(client, runtime, api_key) for _ in range(40)]
+    deliveries = []
+    for _, executor_id in rows:
+        lifecycle = [
+            update_event(executor_id, "sent", hash=HASH_1),
+            update_event(executor_id, "submitted", hash=HASH_1),
+            update_event(executor_id, "mined", hash=HASH_1),
+            update_event(
+                executor_id, "confirmed", hash=HASH_1, confirmed_at="2026-11-22T01:02:03Z"
+            ),
+        ]
+        deliveries += lifecycle + lifecycle[1:3]  # the same webhook ids again
+    random.Random(7).shuffle(deliveries)
+    answers = await asyncio.gather(*(_delivered(client, body, way) for body in deliveries))
+    outcomes = [a.json()["status"] for a in answers]
+    assert outcomes.count("duplicate") == 80
+    assert outcomes.count("applied") == 160
+    for tx_id, _ in rows:
+        row = await _row(runtime, tx_id)
+        assert (row.status, row.hash) == ("confirmed", HASH_1)
+        trail = await _trail(runtime, tx_id)
+        assert [RANK[s] for s in trail] == sorted(RANK[s] for s in trail)
+        assert len(trail) == len(set(trail))
+        cached = await client.get(f"/api/v1/relay/status/{tx_id}", headers={"X-API-Key": api_key})
+        assert cached.json()["status"] == "confirmed"
+    if way == "batched":
+        assert writer is not None
+        assert writer.batches < writer.deliveries
+
+
+async def test_a_row_moved_under_its_batch_is_decided_again_from_the_new_one(
+    client: httpx.AsyncClient,
+    runtime: Runtime,
+    api_key: str,
+    way: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Between a batch's read and its compare-and-set another writer (the tracker, another
+    API process) moves the row to mined with another hash: the webhook is applied from that
+    state, the hash it carries kept, the tracker's move not undone."""
+    if way != "batched":
+        pytest.skip("the batch's read and write are apart only when batched")
+    from relay_api.webhooks import batch
+
+    tx_id, executor_id = await _submitted_tx(client, runtime, api_key)
+    real = batch.write_changes_direct
+    moved: list[int] = []
+
+    async def tracker_first(*args: Any, **kwargs: Any) -> Any:
+        if not moved:
+            async with runtime.sessions() as session, session.begin():
+                moved.append(1)
+                await session.execute(
+                    update(Transaction)
+                    .where(Transaction.id == tx_id)
+                    .values(status="mined", hash=HASH_2, version=Transaction.version + 1)
+                )
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "write_changes_direct", tracker_first)
+    answer = await _post(client, update_event(executor_id, "submitted", hash=HASH_1))
+    assert answer.json() == {"status": "applied"}
+    row = await _row(runtime, tx_id)
+    assert (row.status, row.hash) == ("mined", HASH_1)
+    assert moved == [1]

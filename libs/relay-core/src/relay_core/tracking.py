@@ -14,7 +14,7 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from relay_core.db.models import Transaction, utcnow
-from relay_core.db.transitions import touch, transition
+from relay_core.db.transitions import Change, transition
 from relay_core.statuses import TxStatus, can_advance, is_terminal
 
 _UPSTREAM = {
@@ -79,8 +79,20 @@ async def apply_upstream(
 ) -> bool:
     """Apply ``view`` to ``tx`` forward-only (compare-and-set). False if the row moved on
     meanwhile; the caller reloads and tries again."""
-    if is_terminal(tx.status):
+    change = upstream_change(tx, view, source=source)
+    if change is None:
         return True  # final: nothing the executor says can change it, and nothing to record
+    return await transition(
+        session, tx, change.status, source=change.source, reason=change.reason, **change.values
+    )
+
+
+def upstream_change(tx: Transaction, view: UpstreamView, *, source: str) -> Change | None:
+    """What applying ``view`` to ``tx`` (as last read) writes: a move forward, or a touch
+    (the hash, the last sync) where the status cannot advance; None once the row is final.
+    Decided here for :func:`apply_upstream` and for the API's batched webhooks alike."""
+    if is_terminal(tx.status):
+        return None
     now = utcnow()
     values: dict[str, Any] = {"last_synced_at": now}
     if tx.upstream_missing_since is not None:
@@ -88,7 +100,7 @@ async def apply_upstream(
     if view.hash and view.hash != tx.hash:
         values["hash"] = view.hash  # the executor may re-broadcast with a new hash
     if not can_advance(tx.status, view.status):
-        return await touch(session, tx, **values)
+        return Change(tx, tx.status, values=values)
     if view.status is TxStatus.confirmed:
         values["confirmed_at"] = tx.confirmed_at or view.confirmed_at or now
     if view.status in (TxStatus.submitted, TxStatus.mined) and tx.submitted_at is None:
@@ -97,6 +109,4 @@ async def apply_upstream(
         values["error"] = view.reason or f"executor reported {view.status.value}"
     if is_terminal(view.status):
         values["inflight_key"] = None
-    return await transition(
-        session, tx, view.status.value, source=source, reason=view.reason, **values
-    )
+    return Change(tx, view.status.value, source=source, reason=view.reason, values=values)

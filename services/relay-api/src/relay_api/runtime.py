@@ -21,6 +21,7 @@ from relay_api.outbox.service import run_sweeper
 from relay_api.relay.refresh import Refresher
 from relay_api.settings import ApiSettings
 from relay_api.webhooks import service as webhooks_service
+from relay_api.webhooks.batch import WebhookWriter
 from relay_core import cache as cache_mod
 from relay_core import evm
 from relay_core import queue as queue_mod
@@ -50,6 +51,8 @@ class Runtime:
     redis: Any = None
     # The accept INSERT and the publisher's UPDATE past SQLAlchemy (MySQL; else None)
     direct: DirectPool | None = None
+    # Executor webhooks applied in batches on ``direct`` (else one at a time, by the route)
+    webhooks: WebhookWriter | None = None
 
     rpc: evm.EvmRpc | None = None  # the chain, when RELAY_CHAIN_RPC_URL is set
     fees: FeeOracle | None = None  # what a gas unit can cost at most (fee budgets)
@@ -127,6 +130,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             redis=redis,
             rpc=rpc,
             direct=direct,
+            webhooks=WebhookWriter(direct, status_cache) if direct is not None else None,
             fees=FeeOracle(rpc, settings.max_fee_per_gas_wei),
         )
         # At shutdown, after the requests and before the engine: leases' rests go back.
@@ -143,6 +147,9 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             stack.push_async_callback(_cancel, warm)
             publisher.start()
             stack.push_async_callback(publisher.stop)
+            if runtime.webhooks is not None:
+                runtime.webhooks.start()
+                stack.push_async_callback(runtime.webhooks.stop)
             budgets = asyncio.create_task(runtime.budgets.run(), name="budget-leases")
             runtime.tasks.append(budgets)
             stack.push_async_callback(_cancel, budgets)

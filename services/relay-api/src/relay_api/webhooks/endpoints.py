@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Request
 from pydantic import BaseModel, Field
 
-from relay_api.deps import RuntimeDep, UowDep
+from relay_api.deps import RuntimeDep, unit_of_work
 from relay_api.openapi import errors
 from relay_api.responses import Json
 from relay_api.webhooks import service
@@ -38,7 +38,6 @@ class WebhookAck(BaseModel):
 )
 async def oz_relayer(
     request: Request,
-    uow: UowDep,
     runtime: RuntimeDep,
     x_signature: Annotated[str | None, Header(alias="X-Signature")] = None,
 ) -> Json:
@@ -46,13 +45,20 @@ async def oz_relayer(
     raw = await request.body()
     key = runtime.settings.webhook_signing_key
     service.verify(raw, x_signature, key.get_secret_value() if key else None)
-    outcome, tx = await service.apply(uow.session, service.parse(raw))
-    cache = runtime.cache
-    if tx is not None and cache is not None:
-        entry, version, terminal = status_entry(tx), tx.version, is_terminal(tx.status)
+    body = service.parse(raw)
+    update = service.transaction_update(body)
+    if update is None:
+        return Json({"status": "ignored"})
+    if runtime.webhooks is not None:  # MySQL: batched on driver connections
+        return Json({"status": await runtime.webhooks.apply(*update)})
+    async with unit_of_work(runtime) as uow:  # SQLite: one at a time
+        outcome, tx = await service.apply(uow.session, *update)
+        cache = runtime.cache
+        if tx is not None and cache is not None:
+            entry, version, terminal = status_entry(tx), tx.version, is_terminal(tx.status)
 
-        async def write_through() -> None:  # MySQL first, then the cache
-            await cache.put_quietly(entry["transactionId"], version, entry, terminal=terminal)
+            async def write_through() -> None:  # MySQL first, then the cache
+                await cache.put_quietly(entry["transactionId"], version, entry, terminal=terminal)
 
-        uow.after_commit.append(write_through)
+            uow.after_commit.append(write_through)
     return Json({"status": outcome})

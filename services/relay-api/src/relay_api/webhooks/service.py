@@ -17,7 +17,7 @@ from relay_api.webhooks import repository
 from relay_core import jsonutil
 from relay_core.db.models import Transaction, utcnow
 from relay_core.errors import BadRequest, NotFound, Unauthorized
-from relay_core.tracking import apply_upstream, interpret
+from relay_core.tracking import UpstreamView, apply_upstream, interpret
 
 log = logging.getLogger(__name__)
 
@@ -60,17 +60,26 @@ def parse(raw: bytes) -> dict[str, Any]:
     return body
 
 
-async def apply(session: AsyncSession, body: dict[str, Any]) -> tuple[str, Transaction | None]:
-    """Returns (outcome, row changed). The caller's unit of work commits."""
+def transaction_update(body: dict[str, Any]) -> tuple[str, str, UpstreamView] | None:
+    """(webhook id, executor id, what it says) of a transaction update; None for another
+    event (ignored); 400 for an update Relay cannot read."""
     if body.get("event") != "transaction_update":
-        return "ignored", None
+        return None
     payload = body.get("payload") or {}
     executor_id = payload.get("id")
     view = interpret(payload)
     if not isinstance(executor_id, str) or view is None:
         raise BadRequest("payload: not a transaction update Relay understands")
+    return str(body["id"])[:64], executor_id, view
+
+
+async def apply(
+    session: AsyncSession, webhook_id: str, executor_id: str, view: UpstreamView
+) -> tuple[str, Transaction | None]:
+    """One webhook through a Session (where relay_api.webhooks.batch cannot run: no driver
+    connections, SQLite). Returns (outcome, row changed). The caller's unit of work commits."""
     try:
-        await repository.record_receipt(session, str(body["id"])[:64])
+        await repository.record_receipt(session, webhook_id)
     except IntegrityError:
         await session.rollback()
         return "duplicate", None
