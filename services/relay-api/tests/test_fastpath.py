@@ -86,3 +86,25 @@ async def test_status_reads_are_served_here_when_the_id_is_a_plain_uuid(
     assert fast.passed - passed == 2
     metrics = (await client.get("/metrics")).text
     assert 'route="/api/v1/relay/status/{transactionId}",status="200"' in metrics
+
+
+async def test_executor_webhooks_are_served_here_with_the_apps_refusals(
+    client: httpx.AsyncClient,
+) -> None:
+    """No signing key is configured here: a webhook is the route's 401, counted on its route
+    in the metrics; a body past the limit is the app's 413, refused before it gets here."""
+    hook = "/api/v1/webhooks/oz-relayer"
+    await client.get("/health")  # the app's middleware stack is built on its first request
+    fast = _fast(client)
+    served = fast.served
+    unsigned = await client.post(hook, json={"id": "w-1", "event": "transaction_update"})
+    assert unsigned.status_code == 401
+    assert unsigned.json()["error"] == "unauthorized"
+    huge = await client.post(
+        hook, content=b"{" + b" " * 2_000_000 + b"}", headers={"X-Signature": "x"}
+    )
+    assert huge.status_code == 413
+    assert set(huge.json()) == {"error", "detail"}
+    assert fast.served - served == 1
+    metrics = (await client.get("/metrics")).text
+    assert 'route="/api/v1/webhooks/oz-relayer",status="401"' in metrics

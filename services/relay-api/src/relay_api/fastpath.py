@@ -1,4 +1,4 @@
-"""The two hot routes without FastAPI's request machinery, when the request is well-formed.
+"""The three hot routes without FastAPI's request machinery, when the request is well-formed.
 
 Routing, dependency resolution and parameter parsing cost ~0.12-0.14 ms of CPU per request
 here against ~0.01 ms for reading and validating the request directly (docs/performance.md,
@@ -7,10 +7,13 @@ issue 18): a sixth of the accept path and most of a status answered from Redis.
 content type, a body that validates as ``DirectRequest``) and ``GET
 /api/v1/relay/status/{transactionId}`` when the id is a UUID in its usual form, by running
 exactly what the routes run (``relay_api.relay.endpoints.accept_direct`` and ``read_status``)
-with the same caller check (``relay_api.deps.get_caller``); an error on the way is rendered by
-the app's own exception handlers. Anything else (a malformed body or id, another content
-type, any other route) goes to the FastAPI app untouched, with the body it already read
-handed back, so every refusal is the one the app has always given.
+with the same caller check (``relay_api.deps.get_caller``), and ``POST
+/api/v1/webhooks/oz-relayer`` always (``relay_api.webhooks.endpoints.receive``, the route's
+work: the executor's four webhooks per transaction are most of the API's requests in chain
+mode); an error on the way is rendered by the app's own exception handlers. Anything else (a
+malformed body or id, another content type, any other route) goes to the FastAPI app
+untouched, with the body it already read handed back, so every refusal is the one the app
+has always given.
 """
 
 from __future__ import annotations
@@ -29,9 +32,11 @@ from relay_api import deps
 from relay_api.auth.service import Caller
 from relay_api.relay import endpoints
 from relay_api.relay.schemas import DirectRequest
+from relay_api.webhooks import endpoints as webhooks
 
 SUBMIT = "/api/v1/relay/direct"
 STATUS = "/api/v1/relay/status/{transactionId}"
+WEBHOOK = "/api/v1/webhooks/oz-relayer"
 _STATUS_PREFIX = "/api/v1/relay/status/"
 _UUID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 
@@ -43,6 +48,7 @@ class FastPath:
         self.served = self.passed = 0  # (tests and the curious)
         routes = {getattr(route, "path", None): route for route in endpoints.router.routes}
         self._submit_route, self._status_route = routes[SUBMIT], routes[STATUS]
+        (self._webhook_route,) = webhooks.router.routes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -52,6 +58,9 @@ class FastPath:
                 return
             if method == "GET" and path.startswith(_STATUS_PREFIX):
                 await self._status(scope, receive, send, path[len(_STATUS_PREFIX) :])
+                return
+            if method == "POST" and path == WEBHOOK:
+                await self._webhook(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 
@@ -87,6 +96,20 @@ class FastPath:
             lambda caller, runtime: endpoints.accept_direct(body_model, caller, runtime, key),
             send,
         )
+
+    async def _webhook(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """An executor webhook: no caller (the body's signature is checked instead)."""
+        self.served += 1
+        scope["route"] = self._webhook_route
+        request = Request(scope, receive)
+        try:
+            raw = await _read_body(receive)
+            response = await webhooks.receive(
+                request.app.state.runtime, raw, _header(scope, b"x-signature")
+            )
+        except Exception as exc:
+            response = await self._handled(request, exc)
+        await response(scope, receive, send)
 
     async def _serve(
         self,

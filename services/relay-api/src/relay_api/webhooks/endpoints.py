@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 from relay_api.deps import RuntimeDep, unit_of_work
 from relay_api.openapi import errors
 from relay_api.responses import Json
+from relay_api.runtime import Runtime
 from relay_api.webhooks import service
 from relay_core.statuses import is_terminal
 from relay_core.views import status_entry
@@ -42,11 +43,14 @@ async def oz_relayer(
     x_signature: Annotated[str | None, Header(alias="X-Signature")] = None,
 ) -> Json:
     """Verify the HMAC over the raw body, drop replays by webhook id, apply forward-only."""
-    raw = await request.body()
+    return await receive(runtime, await request.body(), x_signature)
+
+
+async def receive(runtime: Runtime, raw: bytes, signature: str | None) -> Json:
+    """The route's work (relay_api.fastpath runs it without FastAPI's request machinery)."""
     key = runtime.settings.webhook_signing_key
-    service.verify(raw, x_signature, key.get_secret_value() if key else None)
-    body = service.parse(raw)
-    update = service.transaction_update(body)
+    service.verify(raw, signature, key.get_secret_value() if key else None)
+    update = service.transaction_update(service.parse(raw))
     if update is None:
         return Json({"status": "ignored"})
     if runtime.webhooks is not None:  # MySQL: batched on driver connections
