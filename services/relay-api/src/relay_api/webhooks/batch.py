@@ -68,7 +68,6 @@ class WebhookWriter:
     ) -> None:
         self._direct = direct
         self._cache = cache
-        self._writers = writers
         self._max_batch = max_batch
         self._timeout_s = timeout_s  # a batch that has not committed by then fails
         # One queue per writer, a row's deliveries always in the same one: two writers never
@@ -124,8 +123,11 @@ class WebhookWriter:
                 await self._settle(batch)
             except asyncio.CancelledError:
                 raise
-            except Exception:  # never let a writer die: its deliveries are answered below
+            except Exception as exc:  # never let a writer die, nor a delivery wait for ever
                 log.exception("api.webhooks.batch_error")
+                for delivery in batch:
+                    if not delivery.future.done():
+                        delivery.future.set_exception(exc)
             finally:
                 for _ in batch:
                     queue.task_done()
