@@ -1,6 +1,6 @@
 """Executor webhooks applied in batches, on driver connections (relay_wire.direct).
 
-A webhook, one at a time through a Session, cost the API about 6 ms of CPU here: its receipt
+A webhook, one at a time through a Session, cost the API about 5 ms of CPU here: its receipt
 INSERT and flush, the row loaded by executor id, the compare-and-set, the event, the COMMIT,
 each a round trip through SQLAlchemy, and the executor sends four per transaction
 (docs/performance.md, issue 29). Here a verified webhook waits in a queue; a writer takes
