@@ -343,3 +343,39 @@ async def test_a_row_moved_under_its_batch_is_decided_again_from_the_new_one(
     row = await _row(runtime, tx_id)
     assert (row.status, row.hash) == ("mined", HASH_1)
     assert moved == [1]
+
+
+async def test_a_row_that_keeps_moving_is_a_400_that_keeps_no_receipt(
+    client: httpx.AsyncClient,
+    runtime: Runtime,
+    api_key: str,
+    way: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Moved under every try: 400, and the webhook's receipt is gone with it, so the
+    executor's retry of the very same delivery is applied, not called a duplicate."""
+    if way != "batched":
+        pytest.skip("the batch's read and write are apart only when batched")
+    from relay_api.webhooks import batch
+
+    tx_id, executor_id = await _submitted_tx(client, runtime, api_key)
+    real = batch.write_changes_direct
+
+    async def always_moved(*args: Any, **kwargs: Any) -> Any:
+        async with runtime.sessions() as session, session.begin():
+            await session.execute(
+                update(Transaction)
+                .where(Transaction.id == tx_id)
+                .values(version=Transaction.version + 1)
+            )
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(batch, "write_changes_direct", always_moved)
+    mined = update_event(executor_id, "mined", hash=HASH_1)
+    refused = await _post(client, mined)
+    assert refused.status_code == 400
+    assert refused.json()["detail"] == "the transaction kept changing; retry"
+    assert (await _row(runtime, tx_id)).status == "submitted"
+    monkeypatch.setattr(batch, "write_changes_direct", real)
+    assert (await _post(client, mined)).json() == {"status": "applied"}
+    assert (await _row(runtime, tx_id)).status == "mined"

@@ -28,6 +28,9 @@ _UPSTREAM = {
     "expired": TxStatus.expired,
 }
 
+# The executor's statuses of a transaction it holds and has not mined.
+UNMINED = frozenset(name for name, ours in _UPSTREAM.items() if ours is TxStatus.submitted)
+
 
 @dataclass(frozen=True, slots=True)
 class UpstreamView:

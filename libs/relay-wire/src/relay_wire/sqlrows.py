@@ -39,12 +39,16 @@ class Row:
             out.append(process(value) if process is not None else value)
         return out
 
-    def insert(self, rows: Sequence[dict[str, Any]]) -> tuple[str, list[Any]]:
-        """The multi-row INSERT of ``rows`` and its arguments."""
+    def insert(
+        self, rows: Sequence[dict[str, Any]], *, ignore: bool = False
+    ) -> tuple[str, list[Any]]:
+        """The multi-row INSERT of ``rows`` and its arguments; ``ignore``: INSERT IGNORE (a
+        row whose key is taken is skipped, not an error)."""
         args: list[Any] = []
         for row in rows:
             args.extend(self.values(row))
-        return self.head + ", ".join([self.placeholders] * len(rows)), args
+        head = self.head.replace("INSERT", "INSERT IGNORE", 1) if ignore else self.head
+        return head + ", ".join([self.placeholders] * len(rows)), args
 
 
 def bind(table: Table, dialect: Dialect, column: str, value: Any) -> Any:

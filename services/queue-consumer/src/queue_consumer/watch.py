@@ -37,11 +37,9 @@ from relay_core import pool as pool_state
 from relay_core.db.models import utcnow
 from relay_core.executor import ExecutorError, parse_time
 from relay_core.pool import Held, RelayerState
+from relay_core.tracking import UNMINED
 
 log = logging.getLogger(__name__)
-
-# The executor's statuses of a transaction it holds and has not mined (OZ Relayer v1.x).
-UNMINED = frozenset({"pending", "sent", "submitted"})
 
 
 class Watch:

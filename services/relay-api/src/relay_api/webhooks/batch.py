@@ -26,10 +26,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import zlib
 from dataclasses import dataclass, field
 from typing import Any
+
+from sqlalchemy.engine import Dialect
 
 from relay_core.cache import CacheWrite, StatusCache
 from relay_core.db.models import TRANSACTIONS, WebhookReceipt, utcnow
@@ -242,8 +245,7 @@ _ID = [column.name for column in TRANSACTIONS.columns].index("id")
 def _read(direct: DirectPool, batch: list[Delivery]) -> tuple[str, list[Any]]:
     """Per delivery, in order: whether its webhook id has a receipt, then its row's columns
     (all None when no row has its executor id)."""
-    quote = direct.dialect.identifier_preparer.quote
-    columns = ", ".join(f"t.{quote(column.name)}" for column in TRANSACTIONS.columns)
+    columns = _columns(direct.dialect)
     first = "SELECT %s AS n, %s AS webhook_id, %s AS executor_id"
     values = " UNION ALL ".join([first, *["SELECT %s, %s, %s"] * (len(batch) - 1)])
     sql = (
@@ -257,6 +259,13 @@ def _read(direct: DirectPool, batch: list[Delivery]) -> tuple[str, list[Any]]:
     return sql, args
 
 
+@functools.cache
+def _columns(dialect: Dialect) -> str:
+    """The row's columns as the read names them (in the Loader's order), built once."""
+    quote = dialect.identifier_preparer.quote
+    return ", ".join(f"t.{quote(column.name)}" for column in TRANSACTIONS.columns)
+
+
 def _receipts(direct: DirectPool, fresh: list[Delivery]) -> tuple[str, list[Any]] | None:
     """The receipts of this batch's new deliveries, as INSERT IGNORE: another API process
     that applied the same webhook meanwhile (a retry sent elsewhere) is no error, and
@@ -264,7 +273,6 @@ def _receipts(direct: DirectPool, fresh: list[Delivery]) -> tuple[str, list[Any]
     if not fresh:
         return None
     now = utcnow()
-    sql, args = direct.row(WebhookReceipt.__table__).insert(  # type: ignore[arg-type]
-        [{"id": d.webhook_id, "received_at": now} for d in fresh]
+    return direct.row(WebhookReceipt.__table__).insert(  # type: ignore[arg-type]
+        [{"id": d.webhook_id, "received_at": now} for d in fresh], ignore=True
     )
-    return sql.replace("INSERT INTO", "INSERT IGNORE INTO", 1), args
