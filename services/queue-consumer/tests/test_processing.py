@@ -46,6 +46,8 @@ async def test_transactions_are_submitted_recorded_and_their_messages_deleted(
     row = next(r for r in rows(database_url) if r["id"] == ids[0])
     assert row["executor_tx_id"] is not None
     assert row["submitted_at"] is not None
+    # The executor's answer counts as hearing of it: the tracker waits its stale time.
+    assert row["last_synced_at"] == row["submitted_at"]
     assert row["claimed_by"] is None
     assert row["attempts"] == 1
     assert [(e["from_status"], e["to_status"]) for e in events(database_url, ids[0])] == [

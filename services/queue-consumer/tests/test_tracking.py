@@ -3,10 +3,12 @@ are delivered signed, in order, and survive a failing endpoint."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,16 +21,19 @@ from consumer_testkit import (
     sync_engine,
     wait_until,
 )
-from sqlalchemy import update
+from sqlalchemy import select, update
 from standardwebhooks.webhooks import Webhook
 
 from queue_consumer.notifications.service import Notifier
+from queue_consumer.tracking.service import Tracker
+from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core import apikeys
 from relay_core.db.engine import create_engine, create_sessionmaker
-from relay_core.db.models import ApiClient, Notification, Transaction
+from relay_core.db.models import ApiClient, Notification, Transaction, TransactionEvent
 from relay_core.db.transitions import transition
 from relay_core.netguard import AddressPolicy
 from relay_core.settings import InfraSettings
+from relay_wire.direct import DirectPool
 
 
 async def test_with_webhooks_off_the_tracker_alone_brings_every_transaction_to_its_end(
@@ -64,6 +69,83 @@ async def test_with_webhooks_off_the_tracker_alone_brings_every_transaction_to_i
         assert by_id[tx_id]["confirmed_at"] is not None
     for tx_id in bad:
         assert by_id[tx_id]["error"]
+
+
+class _Executor:
+    """An executor that says every transaction is confirmed; asked about ``moves``, it first
+    moves that row on (a webhook landing while the tracker waits for the answer)."""
+
+    def __init__(self, database_url: str, moves: str) -> None:
+        self.database_url, self.moves, self.asked = database_url, moves, 0
+
+    @contextlib.asynccontextmanager
+    async def slot(self, counted: bool = True) -> AsyncIterator[None]:
+        yield
+
+    async def get(self, executor_id: str) -> Any:
+        self.asked += 1
+        if executor_id == f"ex-{self.moves}":
+            engine = sync_engine(self.database_url)
+            with engine.begin() as conn:
+                conn.execute(
+                    update(Transaction)
+                    .where(Transaction.id == self.moves)
+                    .values(version=Transaction.version + 1, status="mined")
+                )
+            engine.dispose()
+        return SimpleNamespace(
+            raw={"id": executor_id, "status": "confirmed", "hash": "0x" + "ab" * 32}
+        )
+
+
+@pytest.mark.parametrize("driver", ["sqlalchemy", "direct"])
+async def test_a_tracker_pass_reads_in_one_query_and_decides_again_for_a_row_that_moved(
+    database_url: str, driver: str
+) -> None:
+    ids = seed_rows(database_url, 6)
+    engine = sync_engine(database_url)
+    with engine.begin() as conn:
+        for tx_id in ids:  # submitted, never heard of since: all due
+            conn.execute(
+                update(Transaction)
+                .where(Transaction.id == tx_id)
+                .values(status="submitted", executor_tx_id=f"ex-{tx_id}", version=2)
+            )
+    engine.dispose()
+    executor = _Executor(database_url, moves=ids[0])
+    member = SimpleNamespace(guard=executor, client=executor)
+    pool = SimpleNamespace(breakers=[SimpleNamespace(closed=True)], member=lambda _r: member)
+    async_engine = create_engine(InfraSettings(database_url=database_url))
+    direct = DirectPool.create(async_engine, size=2, timeout_s=5.0) if driver == "direct" else None
+    try:
+        sessions = create_sessionmaker(async_engine)
+        writes = GroupCommit(async_engine, None, direct=direct)
+        tracker = Tracker(
+            sessions,
+            pool,  # type: ignore[arg-type]
+            writes,
+            direct=direct,
+            stale_after_s=15,
+            batch=100,
+            concurrency=4,
+        )
+        assert await tracker.run_once() == 6
+        assert await tracker.run_once() == 0  # heard of now: not due for 15 s
+    finally:
+        if direct is not None:
+            await direct.close()
+        await async_engine.dispose()
+    assert executor.asked == 6
+    by_id = {r["id"]: r for r in rows(database_url)}
+    assert {by_id[i]["status"] for i in ids} == {"confirmed"}
+    assert by_id[ids[0]]["version"] == 4  # moved to mined under the tracker, then confirmed
+    engine = sync_engine(database_url)
+    with engine.connect() as conn:
+        sources = conn.execute(
+            select(TransactionEvent.source).where(TransactionEvent.transaction_id == ids[0])
+        ).scalars()
+        assert list(sources) == ["tracker"]
+    engine.dispose()
 
 
 class _Receiver(BaseHTTPRequestHandler):

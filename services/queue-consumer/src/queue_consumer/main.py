@@ -227,7 +227,8 @@ async def open_consumer(
                 consumer.tracker = Tracker(
                     sessions,
                     pool,
-                    cache,
+                    writes,
+                    direct=direct,
                     stale_after_s=settings.tracker_stale_s,
                     batch=settings.tracker_batch,
                     concurrency=settings.tracker_concurrency,

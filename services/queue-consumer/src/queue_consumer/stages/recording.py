@@ -97,13 +97,17 @@ class Recorder:
         another row holds ``result``."""
         sent_to = tx.relayer  # this attempt's relayer, whatever the row says later
         for _ in range(5):
+            now = utcnow()
             try:
                 written = await self.write(
                     tx,
                     TxStatus.submitted,
                     executor_tx_id=result.id,
                     hash=result.hash,
-                    submitted_at=utcnow(),
+                    submitted_at=now,
+                    # The executor's answer is a report of where it is: the tracker waits its
+                    # stale time from here, as after a webhook, instead of asking at once.
+                    last_synced_at=now,
                     claimed_by=None,
                     result={"executor": {"id": result.id, "status": result.status}},
                 )

@@ -2,25 +2,52 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
 from sqlalchemy import or_, select
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_core.db.models import Transaction
 from relay_core.statuses import TxStatus
+from relay_wire.direct import DirectPool
+
+_FOLLOWED = (TxStatus.submitted.value, TxStatus.mined.value)
 
 
-async def due(session: AsyncSession, synced_before: datetime, limit: int) -> list[str]:
-    """Submitted or mined transactions not heard of since ``synced_before``, stalest first."""
-    rows = await session.execute(
-        select(Transaction.id)
-        .where(
-            Transaction.status.in_([TxStatus.submitted.value, TxStatus.mined.value]),
-            Transaction.executor_tx_id.is_not(None),
-            or_(Transaction.last_synced_at.is_(None), Transaction.last_synced_at < synced_before),
+async def due(
+    sessions: async_sessionmaker[AsyncSession],
+    direct: DirectPool | None,
+    synced_before: datetime,
+    limit: int,
+) -> list[Transaction]:
+    """Submitted or mined transactions not heard of since ``synced_before``, stalest first,
+    read whole in one query (on a driver connection where there is one: no ORM loading)."""
+    if direct is not None:
+        loader = direct.loader(Transaction)
+        rows = await direct.fetch(_due_sql(loader.select), [*_FOLLOWED, synced_before, limit])
+        return loader.objects(rows)
+    async with sessions() as session:
+        found = await session.scalars(
+            select(Transaction)
+            .where(
+                Transaction.status.in_(_FOLLOWED),
+                Transaction.executor_tx_id.is_not(None),
+                or_(
+                    Transaction.last_synced_at.is_(None),
+                    Transaction.last_synced_at < synced_before,
+                ),
+            )
+            .order_by(Transaction.last_synced_at)
+            .limit(limit)
         )
-        .order_by(Transaction.last_synced_at)
-        .limit(limit)
+        return list(found)
+
+
+@functools.cache
+def _due_sql(select_all: str) -> str:
+    return (
+        f"{select_all} WHERE status IN (%s, %s) AND executor_tx_id IS NOT NULL"
+        " AND (last_synced_at IS NULL OR last_synced_at < %s)"
+        " ORDER BY last_synced_at LIMIT %s"
     )
-    return [row[0] for row in rows]

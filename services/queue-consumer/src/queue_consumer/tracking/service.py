@@ -18,31 +18,36 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Pool
 from queue_consumer.tracking import repository
-from relay_core.cache import StatusCache
+from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch
 from relay_core.executor import ErrorKind, ExecutorError
-from relay_core.statuses import is_terminal
-from relay_core.tracking import apply_upstream, interpret
-from relay_core.views import status_entry
+from relay_core.tracking import interpret, upstream_change
+from relay_wire.direct import DirectPool
 
 log = logging.getLogger(__name__)
 
 
 class Tracker:
+    """A pass reads its due rows whole in one query, asks the executor for them concurrently
+    and writes what moved through the consumer's group commit (relay_core.tracking's
+    compare-and-set, in batches with the message path's writes, Redis written through)."""
+
     def __init__(
         self,
         sessions: async_sessionmaker[AsyncSession],
         pool: Pool,
-        cache: StatusCache | None,
+        writes: GroupCommit,
         *,
+        direct: DirectPool | None = None,
         stale_after_s: float,
         batch: int,
         concurrency: int,
     ) -> None:
         self._sessions = sessions
         self._pool = pool
-        self._cache = cache
+        self._writes = writes
+        self._direct = direct
         self._stale_after = timedelta(seconds=stale_after_s)
         self._batch = batch
         self._limit = asyncio.Semaphore(concurrency)
@@ -52,17 +57,15 @@ class Tracker:
         """Refresh one batch of due transactions; returns how many were looked at."""
         if not any(breaker.closed for breaker in self._pool.breakers):
             return 0
-        async with self._sessions() as session:
-            ids = await repository.due(session, utcnow() - self._stale_after, self._batch)
-        await asyncio.gather(*(self._refresh(tx_id) for tx_id in ids))
-        return len(ids)
+        rows = await repository.due(
+            self._sessions, self._direct, utcnow() - self._stale_after, self._batch
+        )
+        await asyncio.gather(*(self._refresh(tx) for tx in rows))
+        return len(rows)
 
-    async def _refresh(self, transaction_id: str) -> None:
+    async def _refresh(self, tx: Transaction) -> None:
         async with self._limit:
-            async with self._sessions() as session:
-                tx = await session.get(Transaction, transaction_id)
-            if tx is None or tx.executor_tx_id is None:
-                return
+            assert tx.executor_tx_id is not None
             member = self._pool.member(tx.relayer)  # the relayer that has it
             try:
                 async with member.guard.slot(counted=False):
@@ -82,20 +85,14 @@ class Tracker:
             if view is None:
                 return
             for _ in range(3):
-                async with self._sessions() as session, session.begin():
-                    current = await session.get(Transaction, transaction_id)
-                    if current is None:
-                        return
-                    applied = await apply_upstream(session, current, view, source="tracker")
-                if applied:
-                    if self._cache is not None:
-                        await self._cache.put_quietly(
-                            current.id,
-                            current.version,
-                            status_entry(current),
-                            terminal=is_terminal(current.status),
-                        )
+                change = upstream_change(tx, view, source="tracker")
+                if change is None or await self._writes.write(change):
                     return
+                async with self._sessions() as session:  # it moved meanwhile: decide again
+                    reloaded = await session.get(Transaction, tx.id)
+                if reloaded is None:
+                    return
+                tx = reloaded
 
     async def _report_missing(self, tx: Transaction) -> None:
         # Marked, not failed here: the reconciler gives up once it has been missing long
