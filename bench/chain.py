@@ -1,7 +1,7 @@
 """Chain mode, measured once: transactions confirmed per second through the whole system.
 
 ``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]
-[--relayers 1,4]``
+[--relayers 1,4] [--rpc-latency-ms 0]``
 
 The API, one consumer and the relayer-stub in chain mode (signing and broadcasting on anvil,
 statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
@@ -11,7 +11,10 @@ them), in one run, with the rates' ratio. Transactions are submitted as fast as 
 concurrent clients can; the clock runs from the first 202 to the last ``confirmed`` row.
 Direct ones are 1-wei transfers to one payee (its balance must end at the count); gasless
 ones are ``RelayRecipient.record`` calls from distinct signers (each signer's first nonce),
-executed through the forwarder. Writes ``bench/results/chain-<kind>-<UTC time>.json``.
+executed through the forwarder. ``--rpc-latency-ms`` has the stub wait that long before each
+of its calls to the node, as a hosted node's round trip would: on loopback a relayer's serial
+sender never waits, so one relayer is limited only by the machine's CPU, and a pool cannot
+show its gain. Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
 from __future__ import annotations
@@ -87,7 +90,11 @@ def _percentile(values: list[float], p: float) -> float:
 
 
 async def measure(
-    transactions: int, kind: str, block_time_s: float, relayers: int = 1
+    transactions: int,
+    kind: str,
+    block_time_s: float,
+    relayers: int = 1,
+    rpc_latency_ms: float = 0.0,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
     async with Run.open(workdir, "ministack") as run:
@@ -103,6 +110,7 @@ async def measure(
                 stub_dir,
                 STUB_CHAIN_RPC_URL=chain.rpc_url,
                 STUB_CHAIN_POLL_INTERVAL_S="0.05",
+                STUB_CHAIN_RPC_LATENCY_MS=str(rpc_latency_ms),
                 STUB_LOG_LEVEL="WARNING",
                 STUB_WEBHOOK_URL=f"{api_url}/api/v1/webhooks/oz-relayer",
                 STUB_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
@@ -172,6 +180,7 @@ async def measure(
                 "kind": kind,
                 "transactions": transactions,
                 "block_time_s": block_time_s,
+                "stub_rpc_latency_ms": rpc_latency_ms,
                 "blocks": blocks,
                 "accept_s": round(accepted_s, 2),
                 "first_202_to_last_confirmed_s": round(elapsed, 2),
@@ -260,6 +269,13 @@ def main() -> int:
     parser.add_argument("--kind", choices=("direct", "gasless"), default="direct")
     parser.add_argument("--block-time", type=float, default=0.0, help="0: a block per send")
     parser.add_argument(
+        "--rpc-latency-ms",
+        type=float,
+        default=0.0,
+        help="added by the stub to each of its calls to the node, standing for a remote node "
+        "(0: loopback anvil as it is)",
+    )
+    parser.add_argument(
         "--relayers",
         default="1",
         help="pool sizes to measure one after the other in this run, e.g. 1,4 (the first is "
@@ -268,7 +284,10 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
     runs = [
-        asyncio.run(measure(args.transactions, args.kind, args.block_time, size)) for size in sizes
+        asyncio.run(
+            measure(args.transactions, args.kind, args.block_time, size, args.rpc_latency_ms)
+        )
+        for size in sizes
     ]
     result: dict[str, Any] = runs[0] if len(runs) == 1 else {"runs": runs}
     if len(runs) > 1:

@@ -76,10 +76,10 @@ async def open_runtime(settings: StubSettings) -> AsyncIterator[Runtime]:
     rpc = None
     lifecycle: Lifecycle
     if settings.chain_rpc_url is not None:
-        from relay_core.evm import EvmRpc
+        from relayer_stub.chain.remote import RemoteRpc
         from relayer_stub.chain.service import ChainLifecycle
 
-        rpc = EvmRpc(settings.chain_rpc_url)
+        rpc = RemoteRpc(settings.chain_rpc_url, latency_s=settings.chain_rpc_latency_ms / 1000)
         lifecycle = ChainLifecycle(
             settings.lifecycle,
             rpc=rpc,

@@ -112,6 +112,14 @@ class StubSettings(BaseSettings):
     chain_poll_interval_s: float = Field(
         0.1, gt=0, description="chain mode: how often the chain head is read"
     )
+    chain_rpc_latency_ms: float = Field(
+        0.0,
+        ge=0,
+        le=10_000,
+        description="chain mode: added to every call to the node, as a remote node's round trip "
+        "(a hosted provider's is tens of milliseconds; a loopback anvil's is nearly 0, which "
+        "leaves a relayer's serial sender no wait to overlap)",
+    )
     chain_priority_fee_wei: int = Field(
         1_000_000_000,
         ge=0,

@@ -19,6 +19,7 @@ from relayer_stub.transactions.store import TransactionStore
 log = logging.getLogger(__name__)
 
 FORGOTTEN_CHECK_S = 10.0  # how often submitted transactions without a receipt are checked
+BLOCKS_AT_ONCE = 16  # block receipts asked for at a time
 
 
 class Watcher:
@@ -81,19 +82,23 @@ class Watcher:
             # Where to start: the oldest unsettled transaction may already be mined.
             self.next_block = max(0, head - 1000) if (self.watching or self.mined) else head
         while self.next_block <= head:
+            # Blocks are asked for a few at once (a remote node's round trips overlap, as with
+            # a block per send there are many) and taken in order.
+            blocks = range(self.next_block, min(head, self.next_block + BLOCKS_AT_ONCE - 1) + 1)
             if self.watching:
-                receipts = await self._rpc.call("eth_getBlockReceipts", hex(self.next_block))
-                for receipt in receipts or []:
-                    tx_id = self.watching.get(str(receipt.get("transactionHash")))
-                    if tx_id is not None:
-                        await self._on_receipt(tx_id, receipt)
-            self.next_block += 1
-        for tx_hash in fresh:
-            tx_id = self.watching.get(tx_hash)
-            if tx_id is not None:
-                receipt = await self._rpc.receipt(tx_hash)
-                if receipt is not None:
-                    await self._on_receipt(tx_id, receipt)
+                for receipts in await asyncio.gather(
+                    *(self._rpc.call("eth_getBlockReceipts", hex(n)) for n in blocks)
+                ):
+                    for receipt in receipts or []:
+                        tx_id = self.watching.get(str(receipt.get("transactionHash")))
+                        if tx_id is not None:
+                            await self._on_receipt(tx_id, receipt)
+            self.next_block = blocks[-1] + 1
+        pairs = [(h, t) for h in fresh if (t := self.watching.get(h)) is not None]
+        receipts = await asyncio.gather(*(self._rpc.receipt(h) for h, _ in pairs))
+        for (_, tx_id), receipt in zip(pairs, receipts, strict=True):
+            if receipt is not None:
+                await self._on_receipt(tx_id, receipt)
         for tx_id in list(self.mined):
             tx = self._store.get(tx_id)
             if tx is None or tx.is_final or tx.mined_block is None:
