@@ -228,6 +228,13 @@ class InfraSettings(BaseSettings):
         "long is `jammed` and takes no new work until it mines again (raise it on a chain "
         "whose blocks or fee markets are slow)",
     )
+    relayer_jam_after_blocks: int = Field(
+        0,
+        ge=0,
+        description="with RELAY_CHAIN_RPC_URL: a relayer is also `jammed` once its oldest "
+        "submitted transaction has stayed unmined while this many blocks were made (whichever "
+        "of this and RELAY_RELAYER_JAM_AFTER_S comes first); 0: the seconds alone",
+    )
     relayer_watch_interval_s: float = Field(
         5.0, gt=0, description="how often the pool's states are read (jams, pauses, in flight)"
     )

@@ -374,5 +374,5 @@ def build(
         NonceTurn(settings, recorder, rpc) if rpc is not None else None,
     )
     consumer = Consumer(settings, sqs, lanes, claims, submitter)
-    consumer.watch = Watch(pool, sessions, settings)
+    consumer.watch = Watch(pool, sessions, settings, rpc)
     return consumer
