@@ -132,3 +132,14 @@ def test_make_runs_endpoints_are_written_without_secrets_and_removed(tmp_path: P
     assert path.stat().st_mode & 0o777 == 0o600
     devstate.remove(tmp_path)
     assert not path.exists()
+
+
+def test_the_pool_is_shared_with_the_relay_command_unless_it_carries_keys(
+    tmp_path: Path,
+) -> None:
+    """`relay relayers` beside `RELAY_DEV_RELAYERS=3 make run` lists the three relayers."""
+    pool = {"RELAY_EXECUTOR_RELAYERS": "relayer-1,relayer-2,relayer-3"}
+    recorded = json.loads(devstate.write(tmp_path, pool).read_text())
+    assert recorded["env"] == pool
+    keyed = {"RELAY_EXECUTOR_RELAYERS": '[{"id": "relayer-1", "apiKey": "secret"}]'}
+    assert json.loads(devstate.write(tmp_path, keyed).read_text())["env"] == {}

@@ -32,6 +32,7 @@ SHARED = (
     "RELAY_CHAIN_ID",
     "RELAY_FORWARDER_ADDRESS",
     "RELAY_FORWARDER_NAME",
+    "RELAY_EXECUTOR_RELAYERS",  # the pool (`relay relayers`), unless it carries a key
 )
 
 
@@ -43,6 +44,8 @@ def write(directory: Path, environ: MutableMapping[str, str] = os.environ) -> Pa
     """Record the endpoints of this ``make run`` (the names of SHARED that are set)."""
     path = directory / ENDPOINTS_FILE
     shared = {name: environ[name] for name in SHARED if environ.get(name)}
+    if "apikey" in shared.get("RELAY_EXECUTOR_RELAYERS", "").lower():
+        del shared["RELAY_EXECUTOR_RELAYERS"]  # a pool given as JSON with its keys stays here
     path.write_text(json.dumps({"pid": os.getpid(), "env": shared}, indent=2) + "\n")
     path.chmod(0o600)
     return path
