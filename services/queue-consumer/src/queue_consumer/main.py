@@ -232,6 +232,7 @@ async def open_consumer(
                     stale_after_s=settings.tracker_stale_s,
                     batch=settings.tracker_batch,
                     concurrency=settings.tracker_concurrency,
+                    timeout_s=settings.executor_timeout_s,
                 )
             if settings.notify_enabled:
                 notifier = Notifier(

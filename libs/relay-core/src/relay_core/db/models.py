@@ -257,6 +257,10 @@ class Transaction(Base):
     gas_used: Mapped[int | None] = mapped_column(BigInteger, default=None)
     effective_gas_price: Mapped[str | None] = mapped_column(String(78), default=None)
     fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
+    # When its client asked to cancel it while it could not be canceled there and then (a
+    # consumer held it, about to call the executor): the consumer cancels it at the executor
+    # once it has its id, or, if it goes back to waiting, cancels it before any new attempt.
+    cancel_requested_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
 
 
 class TransactionEvent(Base):

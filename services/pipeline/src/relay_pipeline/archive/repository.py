@@ -89,6 +89,8 @@ _KNOWN_LATER = {
     "fee_wei": _S,
     # 0011 (the relayer pool: the relayer a transaction was sent to)
     "relayer": _S,
+    # 0012 (a client's cancel asked for while a consumer held it)
+    "cancel_requested_at": _T,
 }
 
 

@@ -21,7 +21,7 @@ from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Pool
 from queue_consumer.retry import Failure
 from queue_consumer.stages.outcome import Outcome
-from queue_consumer.transactions import repository
+from queue_consumer.transactions import cancels, repository
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import Change
@@ -114,6 +114,10 @@ class Recorder:
             except IntegrityError as exc:
                 raise Conflict(result.id) from exc
             if written:
+                if tx.cancel_requested_at is not None:  # asked for while we were sending it
+                    await cancels.carry_out(
+                        tx, self.pool.member(sent_to), self.writes, self.executor_timeout_s
+                    )
                 return True
             async with self.sessions() as session:
                 current = await repository.load(session, tx.id)

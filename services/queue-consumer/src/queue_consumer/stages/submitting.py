@@ -93,8 +93,21 @@ class Submitter:
         return await self._through_gates(turn)
 
     async def _through_gates(self, turn: Turn) -> Outcome:
-        """Submit, unless the client's policy refuses it or a gasless predecessor must go
-        first: the last checks of a fresh attempt and of an in-doubt one decided afresh."""
+        """Submit, unless its client canceled it meanwhile, the client's policy refuses it or
+        a gasless predecessor must go first: the last checks of a fresh attempt and of an
+        in-doubt one decided afresh (nothing of it at the executor)."""
+        if turn.tx.cancel_requested_at is not None:
+            # Asked for while an earlier attempt held it; that attempt sent nothing after all.
+            if not await self.recorder.finish(
+                turn.tx,
+                TxStatus.canceled,
+                "canceled by its client before it was sent",
+                inflight_key=None,
+                cancel_requested_at=None,
+                claimed_by=None,
+            ):
+                return await self.recorder.lost_claim(turn.tx.id)
+            return Outcome.done("canceled")
         stopped = await self.spend.refused(turn.tx)
         if stopped is None and turn.tx.type == TxType.gasless and self.nonces is not None:
             stopped = await self.nonces.held(turn.tx)

@@ -5,7 +5,10 @@ the executor's retention deletes its record.
 A transaction the executor answers 404 for is marked ``upstream_missing_since``; if it stays
 missing for ``reconcile_missing_after_s`` the reconciler gives it a final status. The tracker
 takes executor slots like every call of the process, and asks each transaction's relayer
-(the one it was sent to) while that relayer's circuit is closed."""
+(the one it was sent to) while that relayer's circuit is closed. A client's cancel still
+standing on a row the executor has not mined (``cancel_requested_at``: the executor did not
+take it when it was asked for) is handed to the executor again (queue_consumer.transactions.
+cancels)."""
 
 from __future__ import annotations
 
@@ -18,10 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Pool
 from queue_consumer.tracking import repository
+from queue_consumer.transactions import cancels
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch
 from relay_core.executor import ErrorKind, ExecutorError
+from relay_core.statuses import TxStatus
 from relay_core.tracking import interpret, upstream_change
 from relay_wire.direct import DirectPool
 
@@ -43,6 +48,7 @@ class Tracker:
         stale_after_s: float,
         batch: int,
         concurrency: int,
+        timeout_s: float = 10.0,
     ) -> None:
         self._sessions = sessions
         self._pool = pool
@@ -51,6 +57,7 @@ class Tracker:
         self._stale_after = timedelta(seconds=stale_after_s)
         self._batch = batch
         self._limit = asyncio.Semaphore(concurrency)
+        self._timeout_s = timeout_s
         self.missing_upstream = 0
 
     async def run_once(self) -> int:
@@ -84,6 +91,9 @@ class Tracker:
             view = interpret(upstream.raw)
             if view is None:
                 return
+            if tx.cancel_requested_at is not None and view.status is TxStatus.submitted:
+                # A client's cancel the consumer could not hand over when it recorded the id.
+                await cancels.carry_out(tx, member, self._writes, self._timeout_s)
             for _ in range(3):
                 change = upstream_change(tx, view, source="tracker")
                 if change is None or await self._writes.write(change):
