@@ -174,3 +174,41 @@ async def test_the_callbacks_relay_sends_verify_with_the_clients_secret(
     assert {callback.transaction_id for callback in callbacks} == {accepted.transaction_id}
     with pytest.raises(RepeatedCallback):  # each is taken once
         verify_callback(secret, *received[-1])
+
+
+async def test_a_cancel_says_what_it_did_and_the_transaction_ends_accordingly(
+    stack: Any,
+) -> None:
+    """Sent at once after the submit, a cancel meets the transaction wherever the consumer
+    has got it to: waiting (canceled at once), being sent (requested), at the executor (sent:
+    a no-op, or too late if it was mined first). Whatever it met, what it says holds."""
+
+    def run() -> list[str]:
+        outcomes = []
+        with RelayClient(stack.api_url, stack.api_key) as relay:
+            for _ in range(3):
+                accepted = relay.submit_direct(DEAD, value="1")
+                try:
+                    result = relay.cancel(accepted.transaction_id)
+                except Conflict as exc:  # mined before the cancel arrived
+                    late: str | None = exc.transaction_status
+                else:
+                    late = None
+                if late is not None:
+                    assert late in ("mined", "confirmed")
+                    outcomes.append("too late")
+                    continue
+                assert result.transaction_id == accepted.transaction_id
+                assert result.cancel in ("done", "requested", "sent")
+                final = relay.wait(accepted.transaction_id, timeout_s=60, poll_s=0.2)
+                if result.done:
+                    assert final.status == "canceled"
+                else:
+                    assert final.status in ("canceled", "confirmed")
+                if final.status == "canceled":  # asked again: it says so
+                    again = relay.cancel(accepted.transaction_id)
+                    assert (again.cancel, again.status) == ("done", "canceled")
+                outcomes.append(result.cancel)
+        return outcomes
+
+    assert len(await asyncio.to_thread(run)) == 3

@@ -99,6 +99,12 @@ def test_exit_codes_say_what_went_wrong(stack: Any) -> None:
     )
     assert reverting.returncode == EXIT_NOT_CONFIRMED, reverting.stdout + reverting.stderr
     assert "failed" in reverting.stdout
+    # a cancel once it is final: too late, and where it is
+    failed_id = reverting.stdout.split()[1].rstrip(";")
+    late = _tx(env, "cancel", failed_id)
+    assert late.returncode == EXIT_USAGE, late.stdout + late.stderr
+    assert "409 conflict" in late.stderr
+    assert "failed: too late" in late.stderr
 
 
 def test_beside_make_run_it_needs_no_configuration(stack: Any, tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from relay_client.models import (
     Accepted,
     Callback,
     CallbackSettings,
+    CancelResult,
     Page,
     Status,
 )
@@ -44,6 +45,7 @@ __all__ = [
     "BadRequest",
     "Callback",
     "CallbackSettings",
+    "CancelResult",
     "Conflict",
     "Forbidden",
     "InvalidCallback",

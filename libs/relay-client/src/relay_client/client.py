@@ -16,7 +16,7 @@ import httpx
 
 from relay_client import flows, gasless
 from relay_client.flows import Call, Flow, Reply, Sleep
-from relay_client.models import Accepted, CallbackSettings, Status
+from relay_client.models import Accepted, CallbackSettings, CancelResult, Status
 
 T = TypeVar("T")
 
@@ -162,6 +162,11 @@ class RelayClient:
 
     def status(self, transaction_id: str) -> Status:
         return self._run(flows.status(transaction_id, self.retries))
+
+    def cancel(self, transaction_id: str) -> CancelResult:
+        """Take back one of your transactions (:class:`CancelResult` says what was done);
+        :class:`~relay_client.errors.Conflict` when it is mined or final already."""
+        return self._run(flows.cancel(transaction_id, self.retries))
 
     def wait(
         self,
@@ -316,6 +321,10 @@ class AsyncRelayClient:
 
     async def status(self, transaction_id: str) -> Status:
         return await self._run(flows.status(transaction_id, self.retries))
+
+    async def cancel(self, transaction_id: str) -> CancelResult:
+        """As :meth:`RelayClient.cancel`."""
+        return await self._run(flows.cancel(transaction_id, self.retries))
 
     async def wait(
         self,

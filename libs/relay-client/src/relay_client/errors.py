@@ -21,6 +21,7 @@ class RelayError(Exception):
         *,
         fields: list[dict[str, str]] | None = None,
         retry_after: float | None = None,
+        transaction_status: str | None = None,
     ) -> None:
         super().__init__(f"{status} {error}: {detail}" if status else f"{error}: {detail}")
         self.status = status
@@ -28,6 +29,7 @@ class RelayError(Exception):
         self.detail = detail
         self.fields = fields or []
         self.retry_after = retry_after
+        self.transaction_status = transaction_status  # a cancel too late: where it is
 
 
 class BadRequest(RelayError):
@@ -48,7 +50,8 @@ class NotFound(RelayError):
 
 
 class Conflict(RelayError):
-    """409: the idempotency key was used with another body, or the nonce is in flight."""
+    """409: the idempotency key was used with another body, the nonce is in flight, or a
+    cancel came too late (``transaction_status``: mined, or final)."""
 
 
 class PayloadTooLarge(RelayError):
@@ -118,7 +121,15 @@ def from_response(status: int, body: Any, retry_after: str | None) -> RelayError
     else:
         error, detail, fields = "http_error", str(body)[:500], None
     kind = _BY_STATUS.get(status, RelayError)
-    return kind(status, error, detail, fields=fields, retry_after=parse_retry_after(retry_after))
+    current = body.get("status") if isinstance(body, dict) else None
+    return kind(
+        status,
+        error,
+        detail,
+        fields=fields,
+        retry_after=parse_retry_after(retry_after),
+        transaction_status=current if isinstance(current, str) else None,
+    )
 
 
 def parse_retry_after(value: str | None) -> float | None:

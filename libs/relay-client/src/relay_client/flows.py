@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from relay_client import errors, gasless
-from relay_client.models import SPEEDS, Accepted, CallbackSettings, Page, Status
+from relay_client.models import SPEEDS, Accepted, CallbackSettings, CancelResult, Page, Status
 
 T = TypeVar("T")
 
@@ -157,6 +157,13 @@ def status(transaction_id: str, retries: int) -> Flow[Status]:
     path = f"/api/v1/relay/status/{quote(transaction_id, safe='')}"
     reply = yield from request(Call("GET", path), retries)
     return Status.from_json(reply.body, source=reply.headers.get("x-cache"))
+
+
+def cancel(transaction_id: str, retries: int) -> Flow[CancelResult]:
+    """Safe to retry: a cancel asked again answers where the first left it."""
+    path = f"/api/v1/relay/transactions/{quote(transaction_id, safe='')}"
+    reply = yield from request(Call("DELETE", path), retries)
+    return CancelResult.from_json(reply.body)
 
 
 def wait(

@@ -102,6 +102,27 @@ class Page:
 
 
 @dataclass(frozen=True, slots=True)
+class CancelResult:
+    """What a cancel did: ``done`` (canceled: it will never execute), ``requested`` (a consumer
+    is sending it; it cancels it at the executor, or never sends it) or ``sent`` (the executor
+    is replacing it with a no-op: ``canceled`` once that is mined, unless the original is mined
+    first). ``status`` is the transaction's now; :meth:`RelayClient.wait` follows it."""
+
+    transaction_id: str
+    status: str
+    cancel: str
+    detail: str
+
+    @property
+    def done(self) -> bool:
+        return self.cancel == "done"
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> CancelResult:
+        return cls(body["transactionId"], body["status"], body["cancel"], body["detail"])
+
+
+@dataclass(frozen=True, slots=True)
 class CallbackSettings:
     """Where this client's notifications go; ``secret`` only when it was just made."""
 

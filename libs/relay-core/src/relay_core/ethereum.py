@@ -22,6 +22,11 @@ _HEX = re.compile(r"0x(?:[0-9a-fA-F]{2})*")
 _DECIMAL = re.compile(r"0|[1-9][0-9]*")
 
 
+def is_address_shape(value: str) -> bool:
+    """0x and 40 hex digits, whatever their case."""
+    return _ADDRESS.fullmatch(value) is not None
+
+
 @functools.lru_cache(maxsize=4096)
 def check_address(value: str) -> str:
     """Return the EIP-55 form of ``value``; mixed case must already carry a valid checksum.

@@ -12,6 +12,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from relay_api.relay.schemas import BEYOND_SCHEMA
 from relay_api.responses import Json
 from relay_core.errors import RelayError
 
@@ -46,6 +47,8 @@ async def _on_validation(_: Request, exc: RequestValidationError) -> Json:
         for error in errors
     ]
     detail = "; ".join(f"{item['field']}: {item['message']}" for item in fields)
+    if all(error.get("type") == BEYOND_SCHEMA for error in errors):
+        return error_response(400, "bad_request", detail, fields=fields)
     return error_response(422, "validation_error", detail, fields=fields)
 
 

@@ -78,6 +78,18 @@ BODIES: dict[str, Any] = {
     },
     "NonceResponse": {"address": SIGNER, "nonce": "3"},
     "StatusResponse": _STATUS,
+    "CancelResponse": {
+        "transactionId": TX,
+        "status": "submitted",
+        "cancel": "sent",
+        "detail": "the executor replaces it with a no-op at its nonce: canceled once that is "
+        "mined, or confirmed if the original is mined first",
+    },
+    "CancelRefused": {
+        "error": "conflict",
+        "detail": "the transaction is confirmed: too late",
+        "status": "confirmed",
+    },
     "TransactionPage": {
         "items": [_STATUS],
         "nextCursor": "MjAyNi0xMS0yNVQxMDowMDowMC4wMDBafDBiNmYxYzJl",

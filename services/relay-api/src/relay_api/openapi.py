@@ -23,6 +23,17 @@ API_KEY = APIKeyHeader(
 )
 
 
+# The executor's webhooks authenticate their body, not a key: stated as a scheme so that the
+# document says what a 401 there means (a client of the API never calls it).
+WEBHOOK_SIGNATURE = APIKeyHeader(
+    name="X-Signature",
+    scheme_name="WebhookSignature",
+    description="The executor's: base64 HMAC-SHA256 of the raw body with the webhook signing "
+    "key (RELAY_WEBHOOK_SIGNING_KEY)",
+    auto_error=False,  # a missing or wrong signature is answered by the route's own 401
+)
+
+
 class ErrorBody(BaseModel):
     error: str = Field(description="stable machine-readable code", examples=["bad_request"])
     detail: str = Field(

@@ -5,6 +5,7 @@ relay tx submit --to ADDR [--value WEI] [--data HEX] [--gas-limit N] [--speed S]
                 [--valid-until RFC3339] [--idempotency-key K] [--wait [--timeout S]]
 relay tx status ID
 relay tx wait ID [--timeout S]
+relay tx cancel ID [--wait [--timeout S]]
 relay tx list [--status S] [--limit N]
 
 Every command takes --json. The API and the key come from RELAY_API_URL and RELAY_API_KEY;
@@ -70,11 +71,18 @@ def add_parsers(sub: Any) -> None:
     wait.add_argument("transaction_id", metavar="ID")
     _wait_options(wait)
 
+    cancel = tx.add_parser(
+        "cancel", help="take back a transaction (at once if not sent yet; else at the executor)"
+    )
+    cancel.add_argument("transaction_id", metavar="ID")
+    cancel.add_argument("--wait", action="store_true", help="then wait until it is final")
+    _wait_options(cancel)
+
     listing = tx.add_parser("list", help="your transactions, newest first")
     listing.add_argument("--status", choices=STATUSES, help="only those in this status")
     listing.add_argument("--limit", type=int, default=20, help="most to show (default 20)")
 
-    for command in (submit, status, wait, listing):
+    for command in (submit, status, wait, cancel, listing):
         command.add_argument("--json", action="store_true", help="JSON instead of a table")
         command.add_argument("--api-url", help="default: RELAY_API_URL, else the local API")
         command.add_argument("--api-key", help="default: RELAY_API_KEY, else make run's key")
@@ -148,6 +156,17 @@ def _run(relay: RelayClient, args: argparse.Namespace) -> int:
         return EXIT_OK
     if args.action == "wait":
         return _final(relay.wait(args.transaction_id, timeout_s=args.timeout), args.json)
+    if args.action == "cancel":
+        result = relay.cancel(args.transaction_id)
+        if args.json and not args.wait:
+            _json(result)
+            return EXIT_OK
+        if not args.json:
+            _out(f"{result.transaction_id}: cancel {result.cancel}, {result.status}")
+            _out(result.detail)
+        if not args.wait:
+            return EXIT_OK
+        return _final(relay.wait(args.transaction_id, timeout_s=args.timeout), args.json)
     shown: list[Status] = []
     for item in relay.transactions(status=args.status, page_size=min(max(args.limit, 1), 200)):
         if len(shown) >= args.limit:
@@ -173,7 +192,7 @@ def _exit_code(exc: RelayError) -> int:
     if exc.status == 404:
         return EXIT_NOT_FOUND
     if exc.status in (400, 409, 413, 422):
-        return EXIT_USAGE
+        return EXIT_USAGE  # a cancel too late (409) included
     return EXIT_REFUSED  # 401, 403, 429
 
 

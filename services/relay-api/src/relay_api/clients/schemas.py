@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+from typing import Annotated
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+)
 
 from relay_api.limits.bounds import MAX_RATE_PER_S, MIN_RATE_PER_S
-from relay_api.relay.schemas import Address, Speed, Uint256
+from relay_api.relay.schemas import Address, Speed, Uint256, whole
 
 
 class ClientChanges(BaseModel):
@@ -20,7 +30,9 @@ class ClientChanges(BaseModel):
     daily_value_wei: Uint256 | None = Field(
         None, alias="dailyValueWei", description="per rolling 24 hours"
     )
-    max_gas: StrictInt | None = Field(None, alias="maxGas", description="highest gas limit")
+    max_gas: Annotated[StrictInt, BeforeValidator(whole)] | None = Field(
+        None, alias="maxGas", description="highest gas limit"
+    )
     gasless_value: StrictBool = Field(False, alias="gaslessValue")
     max_fee_wei: Uint256 | None = Field(
         None,
@@ -40,7 +52,9 @@ class ClientChanges(BaseModel):
     rate_limit_per_s: StrictFloat | None = Field(
         None, alias="rateLimitPerS", ge=MIN_RATE_PER_S, le=MAX_RATE_PER_S
     )
-    rate_limit_burst: StrictInt | None = Field(None, alias="rateLimitBurst", ge=1, le=10_000_000)
+    rate_limit_burst: (
+        Annotated[StrictInt, Field(ge=1, le=10_000_000), BeforeValidator(whole)] | None
+    ) = Field(None, alias="rateLimitBurst")
 
 
 class RateLimitView(BaseModel):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StringConstraints
+
+# A message's id or its transaction's (both UUIDs in SQS and here): short and ASCII, so that
+# the most a redrive may name (500) always fits the body limit (RELAY_MAX_BODY_BYTES, 64 KiB).
+MessageRef = Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9_-]{1,100}$")]
 
 
 class LaneChange(BaseModel):
@@ -93,8 +97,11 @@ class Purged(BaseModel):
 class RedriveRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    messages: list[str] | None = Field(
-        None, max_length=10_000, description="message or transaction ids; null: every message"
+    messages: list[MessageRef] | None = Field(
+        None,
+        max_length=500,
+        description="message or transaction ids, at most 500 a request (which fits the body "
+        "limit); null: every message",
     )
     all: StrictBool = Field(False, description="must be true when messages is null")
 

@@ -12,9 +12,11 @@ from relay_api import metrics
 from relay_api.auth.service import Caller
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
-from relay_api.relay import requests, service
+from relay_api.relay import cancel, requests, service
 from relay_api.relay.schemas import (
     AcceptedResponse,
+    CancelRefused,
+    CancelResponse,
     DirectRequest,
     DomainResponse,
     GaslessRequest,
@@ -32,12 +34,17 @@ IdempotencyKey = Annotated[
     str | None,
     Header(
         alias="Idempotency-Key",
-        description="Same key and body within a client → the original 202 again",
+        description="Same key and body within a client → the original 202 again; 1-255 "
+        "printable ASCII characters (another key is refused with 400)",
+        # Stated for clients and generators; the check is relay_api.relay.requests' (a 400,
+        # the same on the fast path), not FastAPI's (which would answer 422).
+        json_schema_extra={"pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
     ),
 ]
 
 SUBMIT_ERRORS_NOTES = {
-    400: "Semantic error naming the field (signature, deadline, gas...), or not JSON",
+    400: "Semantic error naming the field (an EIP-55 checksum, the signature, a deadline, "
+    "gas...), or not JSON",
     403: "policy_refused, naming the rule of the client's spend policy that refuses it: "
     "noPolicy (none granted yet: a new key submits nothing), revoked, allowedTo, maxValueWei, "
     "dailyValueWei, maxGas, gaslessValue, speeds, maxFeeWei, dailyFeeWei (the most the "
@@ -193,6 +200,43 @@ async def read_status(transaction_id: str, caller: Caller, runtime: Runtime) -> 
             )
     metrics.STATUS_SECONDS.observe(tier, time.perf_counter() - started)
     return Json(service.public(entry), headers={"X-Cache": tier})
+
+
+@router.delete(
+    "/transactions/{transactionId}",
+    response_model=CancelResponse,
+    responses={
+        **errors(
+            *AUTHENTICATED,
+            422,
+            notes={
+                403: "An admin or operator key: they submit nothing, so cancel nothing",
+                404: "Unknown id, or another client's",
+            },
+        ),
+        202: {
+            "model": CancelResponse,
+            "description": "Under way: a consumer is sending it (requested), or the executor "
+            "is replacing it with a no-op (sent); its status says how it ends",
+        },
+        409: {"model": CancelRefused, "description": "Too late: mined, or final"},
+    },
+    operation_id="cancelTransaction",
+)
+async def cancel_transaction(
+    transaction_id: Annotated[uuid.UUID, Path(alias="transactionId")],
+    caller: CallerDep,
+    runtime: RuntimeDep,
+) -> Json:
+    """Take back one of your transactions. Not yet sent (waiting for a consumer, held for its
+    signer's nonce turn, in a paused lane): canceled at once (200), and never sent. Being sent
+    by a consumer, or at the executor and not yet mined: the executor's cancel, which replaces
+    it with a no-op at its nonce (202; ``canceled`` once that is mined, or ``confirmed`` if the
+    original is mined first). Mined or final: 409 with its status (canceled: 200 again). Safe
+    to retry; every change is an event and a callback."""
+    caller.ensure_submits()
+    answer = await cancel.cancel(runtime, caller, str(transaction_id))
+    return Json(answer.body(str(transaction_id)), status_code=answer.http_status)
 
 
 @router.get(

@@ -9,11 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -21,13 +22,25 @@ from pydantic import (
     StrictStr,
     WithJsonSchema,
 )
+from pydantic_core import PydanticCustomError
 
 from relay_core import ethereum
 from relay_core.statuses import TxStatus, TxType
 
 
 def _address(value: str) -> str:
-    return ethereum.check_address(value)
+    try:
+        return ethereum.check_address(value)
+    except ValueError as exc:
+        if ethereum.is_address_shape(value):  # well formed, its mixed case not a checksum
+            raise PydanticCustomError(BEYOND_SCHEMA, str(exc)) from None
+        raise
+
+
+# The error type of a rule the schema cannot state (an EIP-55 checksum): answered 400, like
+# the service's own checks, not 422 (relay_api.errors): a request the document calls valid is
+# refused for what the document says in words only.
+BEYOND_SCHEMA = "beyond_schema"
 
 
 def _hex(value: str) -> str:
@@ -93,6 +106,15 @@ CallbackUrl = Annotated[
 ]
 
 
+def whole(value: object) -> object:
+    """JSON Schema's integer is a number with no fraction: 8922.0 is one (a JSON encoder may
+    well write it so), 8922.5 is not, nor is true. Used as ``BeforeValidator(whole)`` after a
+    ``StrictInt`` and its bounds (so that the schema states them as minimum and maximum)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
 class Speed(StrEnum):
     safe_low = "safeLow"
     average = "average"
@@ -128,7 +150,9 @@ class ForwardRequestBody(_Strict):
     value: Uint256 = "0"
     gas: Uint256
     nonce: Uint256
-    deadline: StrictInt = Field(ge=0, le=ethereum.UINT48_MAX, description="unix seconds (uint48)")
+    deadline: Annotated[StrictInt, Field(ge=0, le=ethereum.UINT48_MAX), BeforeValidator(whole)] = (
+        Field(description="unix seconds (uint48)")
+    )
     data: HexData = "0x"
 
 
@@ -214,3 +238,21 @@ def parse_rfc3339(value: str) -> datetime:
     if parsed.tzinfo is None:
         raise ValueError("must carry a UTC offset (for example a trailing Z)")
     return parsed
+
+
+class CancelResponse(BaseModel):
+    transaction_id: str = Field(alias="transactionId")
+    status: TxStatus = Field(description="where the transaction is now")
+    cancel: Literal["done", "requested", "sent"] = Field(
+        description="done: canceled (200); requested: a consumer is sending it, and cancels "
+        "it at the executor as soon as it has it, or never sends it (202); sent: the "
+        "executor is replacing it with a no-op, canceled once that is mined unless the "
+        "original is mined first (202)"
+    )
+    detail: str
+
+
+class CancelRefused(BaseModel):
+    error: str = Field(examples=["conflict"])
+    detail: str
+    status: TxStatus = Field(description="where the transaction is: mined, or final")

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Header, Request
+from fastapi import APIRouter, Request, Security
 from pydantic import BaseModel, Field
 
 from relay_api.deps import RuntimeDep, unit_of_work
-from relay_api.openapi import errors
+from relay_api.openapi import WEBHOOK_SIGNATURE, errors
 from relay_api.responses import Json
 from relay_api.runtime import Runtime
 from relay_api.webhooks import service
@@ -40,7 +40,7 @@ class WebhookAck(BaseModel):
 async def oz_relayer(
     request: Request,
     runtime: RuntimeDep,
-    x_signature: Annotated[str | None, Header(alias="X-Signature")] = None,
+    x_signature: Annotated[str | None, Security(WEBHOOK_SIGNATURE)] = None,
 ) -> Json:
     """Verify the HMAC over the raw body, drop replays by webhook id, apply forward-only."""
     return await receive(runtime, await request.body(), x_signature)
