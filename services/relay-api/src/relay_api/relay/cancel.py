@@ -114,8 +114,11 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
     except (ExecutorError, TimeoutError) as exc:
         if isinstance(exc, ExecutorError) and exc.kind is ErrorKind.rejected:
             log.info("api.cancel.too_late", extra={"transactionId": tx.id, "why": str(exc)})
+            # Mined at the executor already; the row may not know yet: it is brought up to date.
+            refreshed = await runtime.refresher.refresh(tx)
+            now = refreshed.status if refreshed is not None else tx.status
             return CancelAnswer(
-                409, "submitted", "too_late", f"the executor can no longer cancel it: {exc}"
+                409, now, "too_late", f"the executor can no longer cancel it: {exc.message}"
             )
         log.warning("api.cancel.executor_unanswered", extra={"transactionId": tx.id})
         async with unit_of_work(runtime) as uow:
