@@ -65,3 +65,24 @@ def test_anomalies_command_lists_ids_and_can_fail_the_run(seeded_sqlite, capsys)
 def test_bad_database_url_is_a_clear_error_not_a_traceback(capsys):
     assert main(["anomalies", "--database-url", "postgresql://u@h/db", "--quiet"]) == 2
     assert "unsupported database" in capsys.readouterr().err
+
+
+def test_a_missing_jdbc_driver_or_jvm_is_named_with_the_command_that_installs_it(
+    tmp_path, monkeypatch, capsys
+):
+    """Not a Java ClassNotFoundException: what is missing, and `make pipeline-deps`."""
+    url = f"sqlite:///{tmp_path / 'relay.db'}"
+    monkeypatch.setenv("RELAY_PIPELINE_SQLITE_JAR", str(tmp_path / "nowhere" / "sqlite-jdbc.jar"))
+    args = ["report", "--database-url", url, "--since", "2026-02-28", "--until", END,
+            "--out", str(tmp_path / "out"), "--quiet"]  # fmt: skip
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert "org.sqlite.JDBC is not installed" in said
+    assert "make pipeline-deps" in said
+    assert "libxerial-sqlite-jdbc-java" in said
+    monkeypatch.setenv("PATH", str(tmp_path))  # no java on it
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    assert main(args) == 2
+    said = capsys.readouterr().err
+    assert "no Java runtime" in said
+    assert "make pipeline-deps" in said

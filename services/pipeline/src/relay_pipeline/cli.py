@@ -141,9 +141,11 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
     return PipelineSettings(**overrides)
 
 
-def _spark(settings: PipelineSettings, args: argparse.Namespace) -> Any:
+def _spark(settings: PipelineSettings, args: argparse.Namespace, db: Database | None) -> Any:
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from relay_pipeline.spark import build_session
+    from relay_pipeline.spark import build_session, check_dependencies
+
+    check_dependencies(settings, db.driver if db is not None else None)
 
     return build_session(settings, app_name=f"relay-pipeline {args.command}", conf=dict(args.conf))
 
@@ -171,7 +173,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.archive_only and not args.archive:
         raise SystemExit("--archive-only needs --archive PATH")
     db = None if args.archive_only else database_from_url(settings.database_url)
-    spark = _spark(settings, args)
+    spark = _spark(settings, args, db)
     jdbc = (
         JdbcReader(spark, db, settings.jdbc_partitions, settings.jdbc_fetch_size)
         if db is not None
@@ -220,7 +222,7 @@ def _cmd_anomalies(args: argparse.Namespace) -> int:
     now = parse_instant(args.now) if args.now else utcnow()
     window = Window(parse_instant(args.since, now=now), parse_instant(args.until, now=now))
     db = database_from_url(settings.database_url)
-    spark = _spark(settings, args)
+    spark = _spark(settings, args, db)
     jdbc = JdbcReader(spark, db, settings.jdbc_partitions, settings.jdbc_fetch_size)
     with (
         Progress(spark.sparkContext, total_steps=1, enabled=not args.quiet) as progress,
@@ -277,7 +279,7 @@ def _cmd_archive(args: argparse.Namespace) -> int:
     settings = _settings(args)
     db = database_from_url(settings.database_url)
     cutoff = utcnow() - parse_duration(args.older_than)
-    spark = _spark(settings, args)
+    spark = _spark(settings, args, db)
     request = ArchiveRequest(
         out=args.out,
         cutoff=cutoff,

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from pyspark.sql import SparkSession
 
+from relay_pipeline.database import MARIADB_DRIVER, SQLITE_DRIVER
 from relay_pipeline.settings import PipelineSettings
 
 # Naive UTC DATETIME values must reach Spark unshifted: the JDBC drivers convert through the
@@ -22,6 +24,44 @@ def driver_jars(settings: PipelineSettings) -> list[str]:
         if jar and Path(jar).is_file():
             jars.append(str(Path(jar).resolve()))
     return jars
+
+
+class MissingDependency(ValueError):
+    """Spark cannot start, or cannot read the database, on this machine: said before it tries
+    (a JVM's stack trace names a class, not what to install)."""
+
+
+INSTALL_HINT = "run `make pipeline-deps` in a checkout (it installs {package} with apt)"
+
+
+def check_dependencies(settings: PipelineSettings, driver: str | None) -> None:
+    """Raise :class:`MissingDependency` naming what is missing and the command that installs
+    it: a JVM, or the JDBC driver jar the database needs (``driver``: its class; None when no
+    database is read). Under spark-submit the cluster provides both."""
+    if launched_by_spark_submit():
+        return
+    java_home = os.environ.get("JAVA_HOME")
+    if shutil.which("java") is None and not (
+        java_home and Path(java_home, "bin", "java").is_file()
+    ):
+        raise MissingDependency(
+            "no Java runtime (Spark runs on a JVM): "
+            + INSTALL_HINT.format(package="default-jre-headless")
+            + ", or set JAVA_HOME"
+        )
+    needed = {
+        MARIADB_DRIVER: (settings.mariadb_jar, "libmariadb-java", "MARIADB_JAR"),
+        SQLITE_DRIVER: (settings.sqlite_jar, "libxerial-sqlite-jdbc-java", "SQLITE_JAR"),
+    }.get(driver or "")
+    if needed is None:
+        return
+    jar, package, setting = needed
+    if jar and not Path(jar).is_file():  # an empty setting: the jar is on the classpath
+        raise MissingDependency(
+            f"the JDBC driver {driver} is not installed ({jar} is missing): "
+            + INSTALL_HINT.format(package=package)
+            + f", or set RELAY_PIPELINE_{setting} to where the jar is"
+        )
 
 
 def launched_by_spark_submit() -> bool:
