@@ -21,6 +21,9 @@ from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
 from relay_core import jsonutil
+from relay_core.db.models import Transaction
+from relay_core.statuses import is_terminal
+from relay_core.views import status_entry
 from relay_wire.resp import RespClient
 
 log = logging.getLogger(__name__)
@@ -159,6 +162,12 @@ class StatusCache:
         ttl = self._terminal_ttl_s if write.terminal else self._active_ttl_s
         key = self.key(write.transaction_id)
         return [key, key + ":v"], [write.version, jsonutil.dumps(write.entry), ttl]
+
+    async def put_row_quietly(self, tx: Transaction) -> bool:
+        """:meth:`put_quietly` of a row as just committed: its view, version and finality."""
+        return await self.put_quietly(
+            tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
+        )
 
     async def put_quietly(
         self, transaction_id: str, version: int, entry: dict[str, Any], terminal: bool

@@ -49,9 +49,8 @@ from relay_core.executor import ErrorKind, ExecutorError
 from relay_core.queue import TransactionMessage, send_batch
 from relay_core.relayers import ExecutorPool
 from relay_core.settings import InfraSettings
-from relay_core.statuses import TxStatus, is_terminal
+from relay_core.statuses import TxStatus
 from relay_core.tracking import apply_upstream, interpret
-from relay_core.views import status_entry
 
 log = logging.getLogger(__name__)
 
@@ -284,9 +283,7 @@ class Reconciler:
             else:
                 written = await apply_upstream(session, tx, view, source=SOURCE)
         if written and self._cache is not None:
-            await self._cache.put_quietly(
-                tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
-            )
+            await self._cache.put_row_quietly(tx)
         return True
 
     async def _settled_on_chain(self, tx: Transaction, report: Report) -> bool:
@@ -337,9 +334,7 @@ class Reconciler:
                     session, tx, status, source=source, reason=reason, **values
                 )
         if written and self._cache is not None:
-            await self._cache.put_quietly(
-                tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
-            )
+            await self._cache.put_row_quietly(tx)
         return written
 
 

@@ -22,6 +22,7 @@ from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Pool
 from queue_consumer.tracking import repository
 from queue_consumer.transactions import cancels
+from queue_consumer.transactions import repository as rows
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
 from relay_core.db.transitions import touch
@@ -99,7 +100,7 @@ class Tracker:
                 if change is None or await self._writes.write(change):
                     return
                 async with self._sessions() as session:  # it moved meanwhile: decide again
-                    reloaded = await session.get(Transaction, tx.id)
+                    reloaded = await rows.load(session, tx.id)
                 if reloaded is None:
                     return
                 tx = reloaded

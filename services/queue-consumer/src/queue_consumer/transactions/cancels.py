@@ -31,19 +31,13 @@ async def carry_out(tx: Transaction, member: Member, writes: GroupCommit, timeou
         async with member.guard.slot() as permit:
             answer = await permit.run(member.client.cancel(tx.executor_tx_id), timeout_s=timeout_s)
         outcome = f"sent (the executor has it {answer.status})"
-    except ExecutorError as exc:
-        if exc.kind is not ErrorKind.rejected:
+    except (ExecutorError, CircuitOpen, TimeoutError) as exc:
+        if not (isinstance(exc, ExecutorError) and exc.kind is ErrorKind.rejected):
             log.warning(
-                "consumer.cancel.unanswered",
-                extra={"transactionId": tx.id, "error": str(exc)[:200]},
+                "consumer.cancel.unanswered", extra={"transactionId": tx.id, "error": repr(exc)}
             )
             return False
         outcome = f"too late: {exc.message}"  # mined or final at the executor
-    except (CircuitOpen, TimeoutError) as exc:
-        log.warning(
-            "consumer.cancel.unanswered", extra={"transactionId": tx.id, "error": repr(exc)}
-        )
-        return False
     log.info("consumer.cancel.carried_out", extra={"transactionId": tx.id, "outcome": outcome})
     # A touch: the status follows from the executor (webhooks, the tracker). Should the row
     # have moved meanwhile the request stays, and the tracker's next look asks again: a second

@@ -39,7 +39,6 @@ from relay_core.errors import NotFound
 from relay_core.executor import ErrorKind, ExecutorError
 from relay_core.statuses import TxStatus, is_terminal
 from relay_core.tracking import apply_upstream, interpret
-from relay_core.views import status_entry
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +82,7 @@ async def cancel(runtime: Runtime, caller: Caller, transaction_id: str) -> Cance
                     inflight_key=None,
                     cancel_requested_at=None,
                 ):
-                    uow.after_commit.append(functools.partial(_cache, runtime, tx))
+                    uow.after_commit.append(functools.partial(_write_through, runtime, tx))
                     return CancelAnswer(200, "canceled", "done", CANCELED_BEFORE_SENT)
                 continue  # moved meanwhile (a consumer's claim): decide again
             if status is TxStatus.processing:
@@ -134,7 +133,7 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
             if current is not None and await apply_upstream(
                 uow.session, current, view, source=SOURCE
             ):
-                uow.after_commit.append(functools.partial(_cache, runtime, current))
+                uow.after_commit.append(functools.partial(_write_through, runtime, current))
                 return CancelAnswer(
                     200, current.status, "done", "the executor canceled it before sending it"
                 )
@@ -160,8 +159,6 @@ def _too_late(tx: Transaction) -> CancelAnswer:
     return CancelAnswer(409, tx.status, "too_late", f"the transaction is {tx.status}: too late")
 
 
-async def _cache(runtime: Runtime, tx: Transaction) -> None:
+async def _write_through(runtime: Runtime, tx: Transaction) -> None:
     if runtime.cache is not None:
-        await runtime.cache.put_quietly(
-            tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
-        )
+        await runtime.cache.put_row_quietly(tx)

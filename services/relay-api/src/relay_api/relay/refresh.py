@@ -18,7 +18,6 @@ from relay_core.executor import ExecutorError, ExecutorTx
 from relay_core.relayers import ExecutorPool
 from relay_core.statuses import is_terminal
 from relay_core.tracking import apply_upstream, interpret
-from relay_core.views import status_entry
 
 log = logging.getLogger(__name__)
 
@@ -79,9 +78,7 @@ class Refresher:
                 applied = await apply_upstream(session, tx, view, source="status")
             if applied:
                 if self._cache is not None:
-                    await self._cache.put_quietly(
-                        tx.id, tx.version, status_entry(tx), terminal=is_terminal(tx.status)
-                    )
+                    await self._cache.put_row_quietly(tx)
                 return tx
         return None
 
