@@ -15,6 +15,7 @@ from bench.targets import (
     API_FULL_RUNS_NEEDED,
     API_P99_MS,
     API_RATE,
+    BATCH_CPU_SHARE,
     GUARD_US,
     LEASE_SLACK,
     PICKUP_P95_MS,
@@ -203,6 +204,53 @@ def fee_rows(fees: dict[str, Any] | None, judge: Judge) -> list[Row]:
                 judge(guard["on"] < GUARD_US),
             )
         )
+    return out
+
+
+def batch_rows(batch: dict[str, Any] | None, judge: Judge) -> list[Row]:
+    out: list[Row] = []
+    if not batch:
+        return out
+    name = f"batches, offered {batch['tx_rate']} tx/s ({batch['duration_s']:g} s each, in turn)"
+    for shape, label in (
+        ("single", "single requests (POST /relay/direct)"),
+        ("batch_1", "batches of 1"),
+        ("batch_10", "batches of 10"),
+        ("batch_100", "batches of 100"),
+    ):
+        median = batch["median"][shape]
+        runs = ", ".join(str(level["net_cpu_ms_per_tx"]) for level in batch["rounds"][shape])
+        out.append(
+            Row(
+                name,
+                f"{label}: accepted tx/s; API CPU per transaction, all / less the idle process's "
+                "(median; each run, less idle)",
+                f"{median['accepted_per_s']:g}; {median['api_cpu_ms_per_tx']} / "
+                f"{median['net_cpu_ms_per_tx']} ({runs})",
+                "ms",
+            )
+        )
+    out.append(
+        Row(
+            name,
+            f"the API process idle for as long as a shape runs ({batch['duration_s']:g} s)",
+            batch["idle_cpu_s"],
+            "CPU s",
+        )
+    )
+    ratio = batch["batch_100_cpu_vs_single"]
+    out.append(
+        Row(
+            name,
+            "API CPU per transaction less the idle process's, batches of 100 / single requests",
+            ratio,
+            "",
+            None,
+            "",
+            f"< {BATCH_CPU_SHARE:g} (issue 30)",
+            judge(ratio < BATCH_CPU_SHARE),
+        )
+    )
     return out
 
 

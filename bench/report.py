@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from bench.api_rows import accept_rows, fee_rows, pickup_rows, status_rows
+from bench.api_rows import accept_rows, batch_rows, fee_rows, pickup_rows, status_rows
 from bench.consumer_rows import consumer_rows
 from bench.table import Row, lookup
 
@@ -96,6 +96,7 @@ def rows(results: dict[str, Any], smoke: bool) -> list[Row]:
 
     out.extend(consumer_rows(results.get("consumer", []), sqs, judge))
     out.extend(accept_rows(results.get("accept", []), http, db_latency, judge))
+    out.extend(batch_rows(results.get("batch"), judge))
     out.extend(fee_rows(results.get("fees"), judge))
     out.extend(status_rows(results.get("status") or {}, floor_p99, judge))
     out.extend(pickup_rows(results.get("pickup"), results.get("fastlane"), judge))

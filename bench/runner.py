@@ -182,7 +182,7 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
             pickup_consumer = None
             prepared: list[consumer.Case] = []
             bare_server = None
-            wants_api = bool(only & {"pickup", "fastlane", "status", "accept", "fees"})
+            wants_api = bool(only & {"pickup", "fastlane", "status", "accept", "batch", "fees"})
             if scale.parallel:
                 # Smoke: every process the run needs starts now; their imports (seconds of CPU
                 # each) overlap the ceilings instead of adding up.
@@ -257,6 +257,19 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
                             ),
                         )
                         or []
+                    )
+                if "batch" in only:
+                    tx_rate, batch_s, batch_rounds = scale.batch
+                    results["batch"] = await step(
+                        "batch",
+                        lambda: api.batch_sizes(
+                            run,
+                            server,
+                            tx_rate=tx_rate,
+                            duration_s=batch_s,
+                            rounds=batch_rounds,
+                            profile_dir=profile_dir,
+                        ),
                     )
                 if "fees" in only:
                     rate, seconds, rounds = scale.fees

@@ -13,6 +13,7 @@ SCENARIOS = (
     "fastlane",
     "status",
     "accept",
+    "batch",
     "fees",
 )
 
@@ -38,6 +39,7 @@ class Scale:
     pickup: tuple[int, float]  # samples, rate
     fast_pickup: tuple[int, int, float] = (20_000, 100, 10.0)  # normal backlog, samples, rate
     fees: tuple[int, float, int] = (500, 10.0, 3)  # rate, seconds, rounds (each way)
+    batch: tuple[int, float, int] = (500, 10.0, 3)  # transactions/s, seconds, rounds (each shape)
     profile_rate: int | None = None
     parallel: bool = False
     notes: list[str] = field(default_factory=list)
@@ -87,6 +89,7 @@ SMOKE = Scale(
     pickup=(8, 8.0),
     fast_pickup=(200, 5, 5.0),
     fees=(50, 1.0, 1),
+    batch=(100, 1.0, 1),
     parallel=True,
 )
 

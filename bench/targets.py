@@ -18,6 +18,7 @@ STATUS_MYSQL_P99_MS = 10.0
 PICKUP_P95_MS = 250.0
 # Issue 18 (half the CPU per transaction), with every wave-2 feature on (--spend-policy budget)
 API_CPU_MS = 0.6  # per accepted request, at 500 req/s offered and above
+BATCH_CPU_SHARE = 0.1  # a batch of 100's API CPU per transaction, of a single request's
 API_FULL_RATE = 1000  # offered in several consecutive runs: answered in full, p99 <= 20 ms ...
 API_FULL_RUNS_NEEDED = 4  # ... in at least this many of them (of 5 in a full run)
 GUARD_US = 100.0  # issue 27: the guard's own code, fee budget on, per request

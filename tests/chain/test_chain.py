@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import httpx
@@ -56,6 +57,23 @@ async def read(stack: Any, signature: str, *args: tuple[str, Any]) -> Any:
 async def wait_final(
     http: httpx.AsyncClient, transaction_id: str, timeout_s: float = 60
 ) -> dict[str, Any]:
+    return await wait_status(http, transaction_id, lambda s: s["status"] in FINAL, timeout_s)
+
+
+async def wait_cost(
+    http: httpx.AsyncClient, transaction_id: str, timeout_s: float = 30
+) -> dict[str, Any]:
+    """The status once the consumer has read what the transaction cost from its receipt (its
+    pass runs every RELAY_TRACKER_INTERVAL_S, after the status is final on a dev chain)."""
+    return await wait_status(http, transaction_id, lambda s: s["feeWei"] is not None, timeout_s)
+
+
+async def wait_status(
+    http: httpx.AsyncClient,
+    transaction_id: str,
+    done: Callable[[dict[str, Any]], bool],
+    timeout_s: float,
+) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while True:
         response = await http.get(f"/api/v1/relay/status/{transaction_id}")
@@ -65,10 +83,18 @@ async def wait_final(
             continue
         status = response.json()
         assert response.status_code == 200, status
-        if status["status"] in FINAL:
+        if done(status):
             return dict(status)
         assert time.monotonic() < deadline, status
         await asyncio.sleep(0.2)
+
+
+def assert_cost_is_the_receipts(status: dict[str, Any], receipt: dict[str, Any]) -> None:
+    gas_used, price = int(receipt["gasUsed"], 16), int(receipt["effectiveGasPrice"], 16)
+    assert status["blockNumber"] == int(receipt["blockNumber"], 16)
+    assert status["gasUsed"] == gas_used
+    assert status["effectiveGasPrice"] == str(price)
+    assert status["feeWei"] == str(gas_used * price)
 
 
 async def domain_of(http: httpx.AsyncClient) -> ethereum.ForwarderDomain:
@@ -119,7 +145,8 @@ async def test_a_direct_transfer_moves_the_value_and_reports_the_chains_hash(sta
         )
         assert accepted.status_code == 202, accepted.text
         status = await wait_final(http, accepted.json()["transactionId"])
-    assert status["status"] == "confirmed", status
+        assert status["status"] == "confirmed", status
+        costed = await wait_cost(http, status["transactionId"])
     rpc = stack.rpc()
     try:
         assert await rpc.balance(payee) == 123456789
@@ -129,6 +156,9 @@ async def test_a_direct_transfer_moves_the_value_and_reports_the_chains_hash(sta
     assert receipt is not None
     assert receipt["transactionHash"] == status["hash"]
     assert int(receipt["status"], 16) == 1
+    # What it cost, as the status says, is its receipt's: a plain transfer's 21,000 gas.
+    assert_cost_is_the_receipts(costed, receipt)
+    assert costed["gasUsed"] == 21_000
 
 
 async def test_a_gasless_request_runs_as_its_signer_through_the_forwarder(stack: Any) -> None:
@@ -221,7 +251,8 @@ async def test_a_reverting_call_fails_with_the_revert_reason(stack: Any) -> None
         )
         assert accepted.status_code == 202, accepted.text
         status = await wait_final(http, accepted.json()["transactionId"])
-    assert status["status"] == "failed", status
+        assert status["status"] == "failed", status
+        costed = await wait_cost(http, status["transactionId"])
     assert status["errorMessage"] == "execution reverted: out of stock"
     rpc = stack.rpc()
     try:
@@ -230,6 +261,7 @@ async def test_a_reverting_call_fails_with_the_revert_reason(stack: Any) -> None
         await rpc.aclose()
     assert receipt is not None
     assert int(receipt["status"], 16) == 0
+    assert_cost_is_the_receipts(costed, receipt)  # a reverted call paid for its gas too
 
 
 async def test_a_lost_and_a_refused_broadcast_leave_no_nonce_gap(stack: Any) -> None:

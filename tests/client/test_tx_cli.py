@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +64,21 @@ def test_submit_wait_status_and_list_read_well_and_as_json(stack: Any) -> None:
     assert shown["transaction_id"] == transaction_id
     assert shown["status"] == "confirmed"
     assert shown["hash"].startswith("0x")
+    # What it cost, once the consumer has read its receipt: the text output shows it too.
+    deadline = time.monotonic() + 30
+    while shown["fee_wei"] is None:
+        assert time.monotonic() < deadline, shown
+        time.sleep(0.5)
+        shown = json.loads(_tx(env, "status", transaction_id, "--json").stdout)
+    assert shown["gas_used"] == 21_000  # a plain transfer
+    assert int(shown["fee_wei"]) == shown["gas_used"] * int(shown["effective_gas_price"])
+    text = _tx(env, "status", transaction_id).stdout.splitlines()
+    assert text[2:] == [
+        f"block:     {shown['block_number']}",
+        "gas used:  21000",
+        f"gas price: {shown['effective_gas_price']} wei",
+        f"fee:       {shown['fee_wei']} wei",
+    ]
 
     queued = _tx(env, "submit", "--to", DEAD, "--idempotency-key", "cli-1", "--json")
     accepted = json.loads(queued.stdout)
@@ -126,3 +142,36 @@ def test_beside_make_run_it_needs_no_configuration(stack: Any, tmp_path: Path) -
     )
     assert done.returncode == EXIT_OK, done.stderr
     assert done.stdout.startswith("accepted ")
+
+
+def test_a_file_is_sent_100_a_request_a_bad_line_is_named_and_a_rerun_sends_no_line_twice(
+    stack: Any, tmp_path: Path
+) -> None:
+    env = _env(stack, RELAY_API_KEY=new_api_key(stack.env, "batcher", rate_per_s=1000, burst=500))
+    lines = [json.dumps({"to": DEAD, "value": str(n)}) for n in range(1, 151)]
+    lines[120] = json.dumps({"to": DEAD, "gasLimit": "5"})  # line 121: below 21000
+    path = tmp_path / "airdrop.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+
+    refused = _tx(env, "batch", str(path), "--idempotency-key", "drop-1")
+    assert refused.returncode == EXIT_USAGE, refused.stderr
+    assert "airdrop.jsonl: line 121: 400 bad_request: gasLimit: must be" in refused.stderr
+    assert "the 100 before line 101 were accepted" in refused.stderr
+    assert "request 1/2: lines 1-100 accepted" in refused.stdout
+
+    lines[120] = json.dumps({"to": DEAD, "value": "121"})
+    path.write_text("\n".join(lines) + "\n")
+    done = _tx(env, "batch", str(path), "--idempotency-key", "drop-1", "--json")
+    assert done.returncode == EXIT_OK, done.stderr
+    answers = json.loads(done.stdout)
+    assert [answer["line"] for answer in answers] == list(range(1, 151))
+    assert len({answer["transaction_id"] for answer in answers}) == 150
+    assert [answer["replayed"] for answer in answers] == [True] * 100 + [False] * 50
+    listed = _tx(env, "list", "--limit", "200", "--json")
+    assert len(json.loads(listed.stdout)) == 150  # none sent twice
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"to": "0x1"}\nnot json\n')
+    usage = _tx(env, "batch", str(bad))
+    assert usage.returncode == EXIT_USAGE
+    assert "line 2: not JSON" in usage.stderr

@@ -180,3 +180,48 @@ def test_a_page_carries_its_filters_and_cursor() -> None:
     assert calls[0].params == {"limit": 10, "status": "pending", "cursor": "xyz"}
     assert page.next_cursor == "abc"
     assert [item.transaction_id for item in page.items] == ["t-1"]
+
+
+def test_a_status_says_what_it_cost_and_one_from_an_older_server_is_read_too() -> None:
+    cost = {
+        "blockNumber": 16,
+        "gasUsed": 21_000,
+        "effectiveGasPrice": "1500000000",
+        "feeWei": "31500000000000",
+    }
+    mined, _, _ = _drive(flows.status("t-1", retries=0), [_reply(200, {**STATUS, **cost})])
+    assert (mined.block_number, mined.gas_used) == (16, 21_000)
+    assert (mined.effective_gas_price, mined.fee_wei) == ("1500000000", "31500000000000")
+    older, _, _ = _drive(flows.status("t-1", retries=0), [_reply(200, STATUS)])  # no such fields
+    unknown = (older.block_number, older.gas_used, older.effective_gas_price, older.fee_wei)
+    assert unknown == (None, None, None, None)
+
+
+def test_a_batch_is_sent_as_decimal_strings_under_one_key_and_answered_in_order() -> None:
+    flow = flows.submit_batch(
+        [{"to": "0xdead", "value": 10**18}, {"to": "0xbeef", "gasLimit": 50_000}], None, 2
+    )
+    results = [
+        {"transactionId": f"t-{n}", "status": "pending", "createdAt": STATUS["createdAt"]}
+        for n in (1, 2)
+    ]
+    accepted, calls, sleeps = _drive(
+        flow,
+        [_reply(503, {"error": "unavailable", "detail": "db"}), _reply(202, {"results": results})],
+    )
+    assert [call.json for call in calls] == [
+        {
+            "transactions": [
+                {"to": "0xdead", "value": "1000000000000000000"},
+                {"to": "0xbeef", "gasLimit": "50000"},
+            ]
+        }
+    ] * 2
+    (key,) = {call.headers["Idempotency-Key"] for call in calls}  # the retry kept its key
+    assert sleeps == [0.5]
+    assert [a.transaction_id for a in accepted] == ["t-1", "t-2"]
+    assert {a.idempotency_key for a in accepted} == {key}
+    with pytest.raises(ValueError, match="1-100 transactions"):
+        next(flows.submit_batch([{"to": "0xdead"}] * 101, None, 0))
+    with pytest.raises(TypeError, match=r"transactions\[0\].value"):
+        next(flows.submit_batch([{"to": "0xdead", "value": 1.5}], None, 0))

@@ -235,7 +235,11 @@ async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoi
     for headers, body, status in attempts:
         _verify(secret, headers, body)
         payload = json.loads(body)
-        assert set(payload) == {"event", "transactionId", "status", "hash", "timestamp"}
+        assert set(payload) == {
+            *("event", "transactionId", "status", "hash", "timestamp"),
+            *("blockNumber", "gasUsed", "effectiveGasPrice", "feeWei"),
+        }
+        assert payload["feeWei"] is None  # no receipt read here
         tx_id = payload["transactionId"]
         # In order per transaction: a change is retried until delivered, and nothing later
         # for that transaction is sent meanwhile.

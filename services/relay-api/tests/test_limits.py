@@ -168,3 +168,32 @@ async def test_requests_arriving_together_share_one_lease_at_a_time(runtime: Run
     empty = Limit(rate=0.001, burst=4)
     decisions = await asyncio.gather(*(limiter.take("empty", empty) for _ in range(10)))
     assert [d.allowed for d in decisions].count(True) == 4
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["redis", "local"])
+async def test_many_tokens_are_taken_all_together_or_not_at_all(
+    runtime: Runtime, shared: bool
+) -> None:
+    """A batch's transactions: all its tokens, from the lease or the bucket, or none (a
+    refused batch leaves what there was for the requests after it)."""
+    limiter = RateLimiter(runtime.redis if shared else None, runtime.settings.redis_prefix)
+    limit = Limit(rate=0.01, burst=10)
+    assert (await limiter.take_many("batch", limit, 7)).allowed
+    refused = await limiter.take_many("batch", limit, 4)  # 3 left
+    assert not refused.allowed
+    assert refused.wait_s > 50  # a token per 100 s, one missing
+    assert [(await limiter.take("batch", limit)).allowed for _ in range(4)] == [True] * 3 + [False]
+    with pytest.raises(ValueError, match="more than the bucket holds"):
+        await limiter.take_many("batch", limit, 11)
+
+
+async def test_a_batch_spends_the_lease_it_finds_before_asking_redis(runtime: Runtime) -> None:
+    limiter = RateLimiter(runtime.redis, runtime.settings.redis_prefix)
+    limit = Limit(rate=1000, burst=2000)  # leases of 50
+    assert (await limiter.take("lease", limit)).allowed  # leased 50, 49 left here
+    assert (await limiter.take_many("lease", limit, 40)).allowed
+    assert limiter.redis_calls == 1
+    assert (await limiter.take_many("lease", limit, 100)).allowed  # 9 kept + 91 asked for
+    assert limiter.redis_calls == 2
+    assert [(await limiter.take("lease", limit)).allowed for _ in range(2)] == [True, True]
+    assert limiter.redis_calls == 3  # the lease was spent to the last token

@@ -17,6 +17,8 @@ from statements import recorded
 from relay_api.app import create_app
 from relay_api.auth.service import Authenticator
 from relay_api.runtime import Runtime
+from relay_core.db.models import Transaction
+from relay_core.db.transitions import transition
 from relay_devstack.localsqs import free_port
 
 
@@ -41,6 +43,38 @@ async def test_pending_transaction_is_200_pending_never_404(
     assert body["hash"] is None
     assert body["confirmedAt"] is None
     assert "clientId" not in body
+
+
+async def test_what_a_mined_transaction_cost_is_in_its_status_and_in_the_list(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str
+) -> None:
+    tx_id = await _submit(client, api_key)
+    headers = {"X-API-Key": api_key}
+    pending = (await client.get(f"/api/v1/relay/status/{tx_id}", headers=headers)).json()
+    cost_fields = ("blockNumber", "gasUsed", "effectiveGasPrice", "feeWei")
+    assert [pending[name] for name in cost_fields] == [None] * 4
+    async with runtime.sessions() as session, session.begin():
+        tx = await session.get(Transaction, tx_id)
+        assert tx is not None
+        # As the consumer writes it once the chain has its receipt, Redis written through.
+        assert await transition(
+            session,
+            tx,
+            "confirmed",
+            source="test",
+            hash="0x" + "ab" * 32,
+            block_number=16,
+            gas_used=21_000,
+            effective_gas_price="1500000000",
+            fee_wei="31500000000000",
+        )
+    assert runtime.cache is not None
+    assert await runtime.cache.put_row_quietly(tx)
+    status = (await client.get(f"/api/v1/relay/status/{tx_id}", headers=headers)).json()
+    expected = [16, 21_000, "1500000000", "31500000000000"]
+    assert [status[name] for name in cost_fields] == expected
+    (listed,) = (await client.get("/api/v1/relay/transactions", headers=headers)).json()["items"]
+    assert [listed[name] for name in cost_fields] == expected
 
 
 async def test_unknown_id_is_404_and_a_malformed_id_is_422(

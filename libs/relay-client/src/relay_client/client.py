@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, TypeVar
@@ -123,6 +123,16 @@ class RelayClient:
                 retries=self.retries,
             )
         )
+
+    def submit_batch(
+        self, transactions: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[Accepted]:
+        """Submit up to 100 direct transactions in one request, given as ``POST
+        /relay/direct`` takes them (``{"to": ..., "value": 10**15, "speed": "fast"}``): all
+        accepted (one :class:`Accepted` each, in order) or none (the error names the first
+        transaction refused by its index). Safe to retry with the same key: each transaction
+        is answered as it was accepted."""
+        return self._run(flows.submit_batch(transactions, idempotency_key, self.retries))
 
     def submit_gasless(
         self,
@@ -287,6 +297,12 @@ class AsyncRelayClient:
                 retries=self.retries,
             )
         )
+
+    async def submit_batch(
+        self, transactions: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> list[Accepted]:
+        """As :meth:`RelayClient.submit_batch`."""
+        return await self._run(flows.submit_batch(transactions, idempotency_key, self.retries))
 
     async def submit_gasless(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Generator, Mapping
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -113,6 +113,46 @@ def submit_direct(
     if callback_url is not None:
         body["callbackUrl"] = callback_url
     return (yield from submit("/api/v1/relay/direct", body, idempotency_key, retries))
+
+
+MAX_BATCH = 100
+
+
+def submit_batch(
+    transactions: Sequence[Mapping[str, Any]], idempotency_key: str | None, retries: int
+) -> Flow[list[Accepted]]:
+    """``transactions`` as ``POST /relay/direct`` takes them (``to``, ``data``, ``value``,
+    ``gasLimit``, ``speed``, ``validUntil``, ``callbackUrl``; wei and gas as ints or decimal
+    strings), accepted together or refused together."""
+    if not 1 <= len(transactions) <= MAX_BATCH:
+        raise ValueError(f"a batch holds 1-{MAX_BATCH} transactions, not {len(transactions)}")
+    items = []
+    for index, transaction in enumerate(transactions):
+        item = dict(transaction)
+        for name in ("value", "gasLimit"):
+            if name in item:
+                item[name] = _decimal(item[name], f"transactions[{index}].{name}")
+        items.append(item)
+    key = idempotency_key or new_idempotency_key()
+    reply = yield from request(
+        Call(
+            "POST",
+            "/api/v1/relay/batch",
+            json={"transactions": items},
+            headers={"Idempotency-Key": key},
+        ),
+        retries,
+    )
+    replayed = reply.headers.get("idempotent-replayed") == "true"
+    return [
+        Accepted.from_json(
+            result,
+            location=f"/api/v1/relay/status/{result['transactionId']}",
+            replayed=replayed,
+            idempotency_key=key,
+        )
+        for result in reply.body["results"]
+    ]
 
 
 def submit_gasless(

@@ -63,6 +63,12 @@ class Status:
     updated_at: datetime
     submitted_at: datetime | None
     confirmed_at: datetime | None
+    # What it cost, from its receipt (None until Relay has read it, and from a server that
+    # does not say): wei as decimal strings.
+    block_number: int | None = None
+    gas_used: int | None = None
+    effective_gas_price: str | None = None
+    fee_wei: str | None = None
     source: str | None = None  # which tier answered (X-Cache: hit, miss, upstream)
 
     @property
@@ -85,6 +91,10 @@ class Status:
             updated_at=updated,
             submitted_at=_time(body.get("submittedAt")),
             confirmed_at=_time(body.get("confirmedAt")),
+            block_number=body.get("blockNumber"),
+            gas_used=body.get("gasUsed"),
+            effective_gas_price=body.get("effectiveGasPrice"),
+            fee_wei=body.get("feeWei"),
             source=source,
         )
 

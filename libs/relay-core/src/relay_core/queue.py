@@ -52,12 +52,18 @@ class TransactionMessage:
         tx_type: TxType | str,
         trace: Trace | None = None,
         lane: str = "normal",
+        *,
+        timestamp: str | None = None,
     ) -> TransactionMessage:
+        """``timestamp``: RFC 3339 in UTC with a Z (now when not given: a batch gives its
+        rows' creation time to all of its messages)."""
+        if timestamp is None:
+            timestamp = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
         return cls(
             transaction_id=transaction_id,
             type=TxType(tx_type),
             message_id=ids.uuid4(),
-            timestamp=datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            timestamp=timestamp,
             request_id=None if trace is None else trace.request_id,
             traceparent=None if trace is None else trace.traceparent,
             lane=lane,

@@ -28,4 +28,19 @@ def status_entry(tx: Transaction) -> dict[str, Any]:
         "updatedAt": rfc3339(tx.updated_at),
         "submittedAt": rfc3339(tx.submitted_at),
         "confirmedAt": rfc3339(tx.confirmed_at),
+        **cost_entry(tx),
+    }
+
+
+def cost_entry(tx: Transaction, written: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What ``tx`` cost, read from its receipt once it reached the chain (all None before, and
+    for a transaction that never did): the status view and the client callbacks carry it.
+    Wei amounts are decimal strings, as everywhere in the API. ``written``: columns written to
+    the row and not yet on ``tx`` (a change being recorded)."""
+    written = written or {}
+    return {
+        "blockNumber": written.get("block_number", tx.block_number),
+        "gasUsed": written.get("gas_used", tx.gas_used),
+        "effectiveGasPrice": written.get("effective_gas_price", tx.effective_gas_price),
+        "feeWei": written.get("fee_wei", tx.fee_wei),
     }

@@ -222,7 +222,7 @@ async def open_consumer(
             consumer.reconciler = Reconciler(
                 sessions, sqs, lanes, settings, cache, executors=executors, rpc=rpc
             )
-            consumer.fees = FeeSettler(sessions, rpc)
+            consumer.fees = FeeSettler(sessions, rpc, cache)
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,

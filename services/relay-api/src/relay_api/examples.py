@@ -27,6 +27,10 @@ _STATUS = {
     "updatedAt": LATER,
     "submittedAt": "2026-11-25T10:00:00.410Z",
     "confirmedAt": LATER,
+    "blockNumber": 1234567,
+    "gasUsed": 21000,
+    "effectiveGasPrice": "1500000000",
+    "feeWei": "31500000000000",
 }
 _ROW = {
     "id": TX,
@@ -66,6 +70,18 @@ BODIES: dict[str, Any] = {
         "signature": "0x" + "ab" * 64 + "1b",
     },
     "AcceptedResponse": {"transactionId": TX, "status": "pending", "createdAt": AT},
+    "BatchRequest": {
+        "transactions": [
+            {"to": DEAD, "value": "1000000000000000"},
+            {"to": DEAD, "value": "2000000000000000", "speed": "average"},
+        ]
+    },
+    "BatchResponse": {
+        "results": [
+            {"transactionId": TX, "status": "pending", "createdAt": AT},
+            {"transactionId": OTHER_TX, "status": "pending", "createdAt": AT},
+        ]
+    },
     "DomainResponse": {
         "domain": {
             "name": "ERC2771Forwarder",

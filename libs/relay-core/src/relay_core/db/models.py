@@ -199,6 +199,9 @@ class Transaction(Base):
         Index(None, "upstream_missing_since"),
         # The fee reservations still to settle (relay_core.spending): few, among many settled.
         Index(None, "status", "reserved_fee_wei"),
+        # The transactions on chain whose cost is still to be read from their receipt
+        # (queue_consumer.tracking.receipts): few, among many whose cost is known.
+        Index(None, "status", "fee_wei", "updated_at"),
         # What each relayer of the pool holds (relay_core.pool): its submitted rows, oldest first.
         Index(None, "status", "relayer", "submitted_at"),
     )
@@ -252,7 +255,9 @@ class Transaction(Base):
     spend_bucket: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
     reserved_fee_wei: Mapped[str | None] = mapped_column(String(78), default=None)
     fee_settled_at: Mapped[datetime | None] = mapped_column(Timestamp, default=None)
-    # What it cost, from its receipt: block, gas used, price per gas, fee (gas x price).
+    # What it cost, from its receipt, once it reached the chain and the consumer read that
+    # (with RELAY_CHAIN_RPC_URL; None until then, ``fee_settled_at`` says when): block, gas
+    # used, price per gas, fee (gas x price).
     block_number: Mapped[int | None] = mapped_column(BigInteger, default=None)
     gas_used: Mapped[int | None] = mapped_column(BigInteger, default=None)
     effective_gas_price: Mapped[str | None] = mapped_column(String(78), default=None)

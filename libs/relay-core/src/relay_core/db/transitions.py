@@ -25,7 +25,7 @@ from relay_core.db.models import (
     Transaction,
     utcnow,
 )
-from relay_core.views import rfc3339
+from relay_core.views import cost_entry, rfc3339
 from relay_wire import direct as direct_db
 from relay_wire.direct import DirectPool
 
@@ -221,6 +221,7 @@ def _records(
                         "transactionId": tx.id,
                         "status": change.status,
                         "hash": columns.get("hash", tx.hash),
+                        **cost_entry(tx, columns),
                         "timestamp": rfc3339(at),
                     },
                     "state": "pending",

@@ -1,31 +1,42 @@
-"""Fee reservations settled: once a transaction with a fee reserved (its client has a daily fee
-budget, relay_core.spending) is mined, its receipt says what it cost (gas used x effective
-price); the difference from what was reserved goes back to the budget (or, if it cost more,
-is added), and the row keeps what it cost: block, gas used, price per gas, fee.
+"""What a transaction cost, from its receipt: once a transaction is mined, the row keeps its
+block, gas used, price per gas and fee (gas used x effective price), and the status answer
+and the client's callbacks carry them.
 
-A transaction that ended without reaching the executor (refused, expired, canceled before it
-was sent) cost nothing: its whole reservation goes back. One the chain has no receipt for yet
-waits for the next pass; without a chain (``RELAY_CHAIN_RPC_URL`` unset) only those that cost
-nothing can be settled, the others keep the most they could have cost until the reservation
-leaves the 24 hours, when it is let go (its fee unknown). Settling writes the row (a
-compare-and-set) and the client's budget in one transaction, so a fee is settled once
-whoever else settles at the same time.
+Every transaction that reached the chain (mined, confirmed, failed or canceled, with a hash)
+gets them once the chain has its receipt; one it has no receipt for yet waits for the next
+pass, for up to a day after its last change (:data:`RECEIPT_PATIENCE`). Without a chain
+(``RELAY_CHAIN_RPC_URL`` unset) no receipt is read and the fields stay empty.
+
+A transaction with a fee reserved (its client has a daily fee budget, relay_core.spending)
+is also settled: the difference from what was reserved goes back to the budget (or, if it
+cost more, is added). One that ended without reaching the executor (refused, expired,
+canceled before it was sent) cost nothing: its whole reservation goes back. Without a chain
+only those that cost nothing can be settled, the others keep the most they could have cost
+until the reservation leaves the 24 hours, when it is let go (its fee unknown). Settling
+writes the row (a compare-and-set) and the client's budget in one transaction, so a fee is
+settled once whoever else settles at the same time.
+
+A callback that reported a final status before the receipt was read could not say what the
+transaction cost: the cost is then reported by a notification of its own
+(``transaction.cost_recorded``), written with it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import ColumnElement, and_, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_core import evm, spending
-from relay_core.db.models import Transaction, utcnow
+from relay_core.cache import StatusCache
+from relay_core.db.models import NOTIFICATIONS, Transaction, utcnow
 from relay_core.db.transitions import touch
-from relay_core.statuses import TxStatus
+from relay_core.statuses import TxStatus, is_terminal
+from relay_core.views import cost_entry, rfc3339
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +48,17 @@ _SETTLED_FROM = (
     TxStatus.expired.value,
     TxStatus.canceled.value,
 )
+# Where a transaction has reached the chain, if it has a hash: its receipt says what it cost.
+_ON_CHAIN = (
+    TxStatus.mined.value,
+    TxStatus.confirmed.value,
+    TxStatus.failed.value,
+    TxStatus.canceled.value,
+)
+# How long after its last change a receipt is looked for. One the chain has not shown by then
+# (a transaction its cancel's no-op replaced, a dev chain started afresh) is not asked for
+# again, so such rows do not pile up in every pass.
+RECEIPT_PATIENCE = timedelta(days=1)
 
 
 class FeeSettler:
@@ -44,46 +66,44 @@ class FeeSettler:
         self,
         sessions: async_sessionmaker[AsyncSession],
         rpc: evm.EvmRpc | None,
+        cache: StatusCache | None = None,
         *,
         batch: int = 200,
         concurrency: int = 16,
     ) -> None:
         self._sessions = sessions
         self._rpc = rpc
-        self._batch = batch
+        self._cache = cache
         self._limit = asyncio.Semaphore(concurrency)
         self.settled = 0  # (tests and the curious)
-        self._after: tuple[datetime, str] | None = None  # where the next batch starts
+        self._reserved = _Walk(
+            sessions,
+            batch,
+            Transaction.status.in_(_SETTLED_FROM),
+            Transaction.reserved_fee_wei.is_not(None),
+        )
+        # Served by the index on (status, fee_wei, updated_at): the rows whose cost is still
+        # to be read, among the many whose cost is known.
+        self._unrecorded = _Walk(
+            sessions,
+            batch,
+            Transaction.status.in_(_ON_CHAIN),
+            Transaction.fee_wei.is_(None),
+            Transaction.hash.is_not(None),
+            Transaction.reserved_fee_wei.is_(None),
+        )
 
     async def run_once(self) -> int:
-        """Settle one batch; returns how many were settled. Batches walk the rows to settle in
-        turn (oldest change first, from where the last batch stopped), so rows that cannot be
-        settled yet (no receipt) never keep the others waiting."""
-        query = select(Transaction).where(
-            Transaction.status.in_(_SETTLED_FROM), Transaction.reserved_fee_wei.is_not(None)
-        )
-        if self._after is not None:
-            at, tx_id = self._after
-            query = query.where(
-                or_(
-                    Transaction.updated_at > at,
-                    and_(Transaction.updated_at == at, Transaction.id > tx_id),
-                )
-            )
-        async with self._sessions() as session:
-            rows = list(
-                (
-                    await session.execute(
-                        query.order_by(Transaction.updated_at, Transaction.id).limit(self._batch)
-                    )
-                ).scalars()
-            )
-            session.expunge_all()
-        self._after = (rows[-1].updated_at, rows[-1].id) if len(rows) == self._batch else None
-        done = await asyncio.gather(*(self._settle(tx) for tx in rows))
-        settled = sum(done)
+        """Settle one batch of reservations, then record what one batch of the other
+        transactions on chain cost; returns how many rows were written."""
+        rows = await self._reserved.next()
+        settled = sum(await asyncio.gather(*(self._settle(tx) for tx in rows)))
         self.settled += settled
-        return settled
+        if self._rpc is None:
+            return settled
+        rows = await self._unrecorded.next(Transaction.updated_at >= utcnow() - RECEIPT_PATIENCE)
+        recorded = sum(await asyncio.gather(*(self._record(tx) for tx in rows)))
+        return settled + recorded
 
     async def _settle(self, tx: Transaction) -> bool:
         async with self._limit:
@@ -122,22 +142,53 @@ class FeeSettler:
                     utcnow(),
                     kind=spending.FEE,
                 )
+            if "gas_used" in cost:
+                await _report_cost(session, current)
+        if self._cache is not None:  # a status read shows it at once
+            await self._cache.put_row_quietly(current)
         log.info(
             "consumer.fee.settled",
             extra={"transactionId": tx.id, "reservedWei": str(reserved), "feeWei": str(fee)},
         )
         return True
 
+    async def _record(self, tx: Transaction) -> bool:
+        """Write what ``tx`` (no fee reserved) cost, once the chain has its receipt."""
+        assert tx.hash is not None
+        async with self._limit:
+            cost = await self._receipt_cost(tx.hash)
+        if cost is None:
+            return False
+        async with self._sessions() as session, session.begin():
+            current = await session.get(Transaction, tx.id)
+            if current is None or current.fee_wei is not None or current.hash != tx.hash:
+                return False  # recorded meanwhile, or its hash changed: the next pass decides
+            if not await touch(session, current, fee_settled_at=utcnow(), **cost):
+                return False
+            await _report_cost(session, current)
+        if self._cache is not None:  # a status read shows it at once
+            await self._cache.put_row_quietly(current)
+        log.debug(
+            "consumer.fee.recorded",
+            extra={"transactionId": tx.id, "hash": tx.hash, "feeWei": cost["fee_wei"]},
+        )
+        return True
+
     async def _cost(self, tx: Transaction) -> dict[str, Any] | None:
-        """What ``tx`` cost, as row values; None: not known yet."""
+        """What ``tx`` (with a fee reserved) cost, as row values; None: not known yet."""
         if tx.hash is None:
             if tx.executor_tx_id is None and tx.submit_started_at is None:
                 return {"fee_wei": "0"}  # never sent: it cost nothing
             return None  # sent, and no hash yet (or ever: kept at the most it could cost)
+        return await self._receipt_cost(tx.hash)
+
+    async def _receipt_cost(self, tx_hash: str) -> dict[str, Any] | None:
+        """What the transaction ``tx_hash`` cost, as row values, from its receipt; None: the
+        chain has none yet (or cannot be asked now)."""
         if self._rpc is None:
             return None
         try:
-            receipt = await self._rpc.receipt(tx.hash)
+            receipt = await self._rpc.receipt(tx_hash)
         except (evm.RpcError, evm.RpcUnavailable):
             return None
         if receipt is None:
@@ -150,6 +201,74 @@ class FeeSettler:
             "effective_gas_price": str(price),
             "fee_wei": str(gas_used * price),
         }
+
+
+class _Walk:
+    """The rows matching ``where``, a batch at a time, oldest change first, each batch
+    starting where the last one stopped, so rows that cannot be done yet (no receipt) never
+    keep the others waiting; after the last batch it starts again from the oldest."""
+
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        batch: int,
+        *where: ColumnElement[bool],
+    ) -> None:
+        self._sessions = sessions
+        self._batch = batch
+        self._where = where
+        self._after: tuple[datetime, str] | None = None
+
+    async def next(self, *also: ColumnElement[bool]) -> list[Transaction]:
+        """The next batch (detached rows); ``also``: conditions of this batch only."""
+        query = select(Transaction).where(*self._where, *also)
+        if self._after is not None:
+            at, tx_id = self._after
+            query = query.where(
+                or_(
+                    Transaction.updated_at > at,
+                    and_(Transaction.updated_at == at, Transaction.id > tx_id),
+                )
+            )
+        query = query.order_by(Transaction.updated_at, Transaction.id).limit(self._batch)
+        async with self._sessions() as session:
+            rows = list((await session.execute(query)).scalars())
+            session.expunge_all()
+        self._after = (rows[-1].updated_at, rows[-1].id) if len(rows) == self._batch else None
+        return rows
+
+
+async def _report_cost(session: AsyncSession, tx: Transaction) -> None:
+    """The client's notification of what ``tx`` cost, in the unit of work that records it (so
+    it is sent if and only if the cost committed), when ``tx`` was already final: the callback
+    of its final status went without the cost. One still mined reports it with its next
+    status."""
+    if not tx.callback_url or not is_terminal(tx.status):
+        return
+    at = tx.updated_at
+    payload = {
+        "event": "transaction.cost_recorded",
+        "transactionId": tx.id,
+        "status": tx.status,
+        "hash": tx.hash,
+        **cost_entry(tx),
+        "timestamp": rfc3339(at),
+    }
+    await session.execute(
+        insert(NOTIFICATIONS),
+        [
+            {
+                "transaction_id": tx.id,
+                "client_id": tx.client_id,
+                "url": tx.callback_url,
+                "payload": payload,
+                "state": "pending",
+                "attempts": 0,
+                "next_attempt_at": at,
+                "created_at": at,
+            }
+        ],
+    )
 
 
 def _quantity(value: Any) -> int:

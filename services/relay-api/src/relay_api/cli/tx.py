@@ -6,6 +6,7 @@ relay tx submit --to ADDR [--value WEI] [--data HEX] [--gas-limit N] [--speed S]
 relay tx status ID
 relay tx wait ID [--timeout S]
 relay tx cancel ID [--wait [--timeout S]]
+relay tx batch FILE.jsonl [--idempotency-key K] [--wait [--timeout S]]
 relay tx list [--status S] [--limit N]
 
 Every command takes --json. The API and the key come from RELAY_API_URL and RELAY_API_KEY;
@@ -19,8 +20,12 @@ import argparse
 import dataclasses
 import json
 import os
+import re
 import sys
+import uuid
+from collections import Counter
 from datetime import datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from relay_api import devstate
@@ -78,11 +83,26 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("--wait", action="store_true", help="then wait until it is final")
     _wait_options(cancel)
 
+    batch = tx.add_parser(
+        "batch", help="submit a file of direct transactions, one JSON object a line, 100 a request"
+    )
+    batch.add_argument(
+        "file",
+        metavar="FILE.jsonl",
+        help='one request a line, as POST /relay/direct takes it; "-" reads stdin',
+    )
+    batch.add_argument(
+        "--idempotency-key",
+        help="default: a new one (printed); the same key again answers what was accepted",
+    )
+    batch.add_argument("--wait", action="store_true", help="then wait until all are final")
+    _wait_options(batch)
+
     listing = tx.add_parser("list", help="your transactions, newest first")
     listing.add_argument("--status", choices=STATUSES, help="only those in this status")
     listing.add_argument("--limit", type=int, default=20, help="most to show (default 20)")
 
-    for command in (submit, status, wait, cancel, listing):
+    for command in (submit, status, wait, cancel, batch, listing):
         command.add_argument("--json", action="store_true", help="JSON instead of a table")
         command.add_argument("--api-url", help="default: RELAY_API_URL, else the local API")
         command.add_argument("--api-key", help="default: RELAY_API_KEY, else make run's key")
@@ -152,10 +172,16 @@ def _run(relay: RelayClient, args: argparse.Namespace) -> int:
         return _final(relay.wait(accepted.transaction_id, timeout_s=args.timeout), args.json)
     if args.action == "status":
         current = relay.status(args.transaction_id)
-        _json(current) if args.json else _table([current])
+        if args.json:
+            _json(current)
+        else:
+            _table([current])
+            _cost(current)
         return EXIT_OK
     if args.action == "wait":
         return _final(relay.wait(args.transaction_id, timeout_s=args.timeout), args.json)
+    if args.action == "batch":
+        return _batch(relay, args)
     if args.action == "cancel":
         result = relay.cancel(args.transaction_id)
         if args.json and not args.wait:
@@ -179,8 +205,101 @@ def _run(relay: RelayClient, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _batch(relay: RelayClient, args: argparse.Namespace) -> int:
+    """Send the file's lines 100 at a time (each request a batch, all of it accepted or none);
+    request ``n`` is keyed ``<key>/<n>``, so running the command again with the key answers
+    what was accepted and sends the rest. A refusal names the file's line."""
+    from relay_client import RelayError
+
+    try:
+        lines = _read_jsonl(args.file)
+    except (OSError, ValueError) as exc:
+        _err(str(exc))
+        return EXIT_USAGE
+    key = args.idempotency_key or str(uuid.uuid4())
+    if not args.json:
+        _out(f"{len(lines)} transactions from {args.file}; idempotency key {key}")
+    accepted: list[tuple[int, Any]] = []
+    chunks = [lines[start : start + BATCH] for start in range(0, len(lines), BATCH)]
+    for number, chunk in enumerate(chunks):
+        try:
+            answers = relay.submit_batch(
+                [request for _, request in chunk], idempotency_key=f"{key}/{number}"
+            )
+        except RelayError as exc:
+            _err(f"{args.file}: {_at_line(exc, chunk)}")
+            if accepted:
+                _err(
+                    f"the {len(accepted)} before line {chunk[0][0]} were accepted; fix the file "
+                    f"and run again with --idempotency-key {key}: they are not sent twice"
+                )
+            return _exit_code(exc)
+        accepted.extend(zip([line for line, _ in chunk], answers, strict=True))
+        if not args.json:
+            _out(
+                f"request {number + 1}/{len(chunks)}: lines {chunk[0][0]}-{chunk[-1][0]} "
+                f"accepted{' (a replay)' if answers[0].replayed else ''}"
+            )
+    if not args.wait:
+        if args.json:
+            _out(json.dumps([{"line": n, **_plain(a)} for n, a in accepted], indent=2))
+        else:
+            for line, answer in accepted:
+                _out(f"line {line}: {answer.transaction_id}")
+        return EXIT_OK
+    finals = [relay.wait(answer.transaction_id, timeout_s=args.timeout) for _, answer in accepted]
+    if args.json:
+        _out(
+            json.dumps(
+                [{"line": n, **_plain(f)} for (n, _), f in zip(accepted, finals, strict=True)],
+                indent=2,
+            )
+        )
+    else:
+        _table(finals)
+    counts = Counter(final.status for final in finals)
+    if not args.json:
+        _out(", ".join(f"{count} {status}" for status, count in sorted(counts.items())))
+    return EXIT_OK if set(counts) == {"confirmed"} else EXIT_NOT_CONFIRMED
+
+
+BATCH = 100  # the API's most per request
+
+
+def _read_jsonl(path: str) -> list[tuple[int, dict[str, Any]]]:
+    """The file's requests with their line numbers (blank lines skipped)."""
+    text = sys.stdin.read() if path == "-" else Path(path).read_text()
+    requests = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            request = json.loads(line)
+        except ValueError as exc:
+            raise ValueError(f"{path}: line {number}: not JSON ({exc})") from None
+        if not isinstance(request, dict):
+            raise ValueError(f"{path}: line {number}: not a JSON object")
+        requests.append((number, request))
+    if not requests:
+        raise ValueError(f"{path}: no transactions")
+    return requests
+
+
+def _at_line(exc: RelayError, chunk: list[tuple[int, dict[str, Any]]]) -> str:
+    """The API's refusal of ``transactions.<index>`` of ``chunk`` told by the file's line."""
+    found = re.match(r"transactions\.(\d+)[.:]\s*", exc.detail or "")
+    if found is None or int(found[1]) >= len(chunk):
+        return str(exc)
+    line = chunk[int(found[1])][0]
+    return f"line {line}: {exc.status} {exc.error}: {exc.detail[found.end() :]}"
+
+
 def _final(status: Status, as_json: bool) -> int:
-    _json(status) if as_json else _table([status])
+    if as_json:
+        _json(status)
+    else:
+        _table([status])
+        _cost(status)
     if status.status != "confirmed" and status.error_message and not as_json:
         _err(f"{status.status}: {status.error_message}")
     return EXIT_OK if status.status == "confirmed" else EXIT_NOT_CONFIRMED
@@ -205,6 +324,19 @@ def _table(rows: list[Status]) -> None:
         created = row.created_at.strftime("%Y-%m-%d %H:%M:%S")
         last = row.hash or row.error_message or ""
         _out(f"{row.transaction_id:36}  {row.status:10}  {row.type:7}  {created:19}  {last}")
+
+
+def _cost(status: Status) -> None:
+    """What it cost, below its row, as far as Relay has read it from its receipt."""
+    shown = (
+        ("block", status.block_number, ""),
+        ("gas used", status.gas_used, ""),
+        ("gas price", status.effective_gas_price, " wei"),
+        ("fee", status.fee_wei, " wei"),
+    )
+    for label, value, unit in shown:
+        if value is not None:
+            _out(f"{label + ':':11}{value}{unit}")
 
 
 def _plain(value: Any) -> dict[str, Any]:

@@ -41,12 +41,14 @@ log = logging.getLogger(__name__)
 LEASE_S = 1.0
 MAX_LEASE = 50
 
-# KEYS[1] bucket; ARGV rate (tokens/s), burst, wanted. Takes up to `wanted` whole tokens.
-# Returns {granted, remaining, wait_ms, reset_ms}.
+# KEYS[1] bucket; ARGV rate (tokens/s), burst, wanted, least. Takes up to `wanted` whole
+# tokens, or none when fewer than `least` are there. Returns {granted, remaining, wait_ms
+# (until `least` are back, when none was granted), reset_ms}.
 _TAKE = """
 local rate = tonumber(ARGV[1])
 local burst = tonumber(ARGV[2])
 local wanted = tonumber(ARGV[3])
+local least = tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'at')
@@ -58,11 +60,12 @@ else
   tokens = math.min(burst, tokens + math.max(0, now - at) * rate / 1000)
 end
 local granted = math.min(wanted, math.floor(tokens))
+if granted < least then granted = 0 end
 tokens = tokens - granted
 redis.call('HSET', KEYS[1], 'tokens', tostring(tokens), 'at', now)
 redis.call('PEXPIRE', KEYS[1], math.ceil(burst / rate * 1000) + 1000)
 local wait = 0
-if granted == 0 then wait = math.ceil((1 - tokens) / rate * 1000) end
+if granted == 0 then wait = math.ceil((least - tokens) / rate * 1000) end
 return {granted, math.floor(tokens), wait, math.ceil((burst - tokens) / rate * 1000)}
 """
 
@@ -113,13 +116,13 @@ class LocalBuckets:
         self._capacity = capacity
         self._clock = clock
 
-    def take(self, key: str, limit: Limit) -> Decision:
+    def take(self, key: str, limit: Limit, count: int = 1) -> Decision:
         now = self._clock()
         tokens, at = self._buckets.pop(key, (float(limit.burst), now))
         tokens = min(limit.burst, tokens + (now - at) * limit.rate)
-        allowed = tokens >= 1
+        allowed = tokens >= count
         if allowed:
-            tokens -= 1
+            tokens -= count
         self._buckets[key] = (tokens, now)
         if len(self._buckets) > self._capacity:
             self._buckets.popitem(last=False)
@@ -127,7 +130,7 @@ class LocalBuckets:
             allowed=allowed,
             limit=limit,
             remaining=math.floor(tokens),
-            wait_s=0.0 if allowed else (1 - tokens) / limit.rate,
+            wait_s=0.0 if allowed else (count - tokens) / limit.rate,
             reset_s=(limit.burst - tokens) / limit.rate,
         )
 
@@ -180,6 +183,25 @@ class RateLimiter:
         """One token from ``subject``'s bucket (a client id, or ``ip:<address>``)."""
         return self._remember(subject, await self._take(subject, limit))
 
+    async def take_many(self, subject: str, limit: Limit, count: int) -> Decision:
+        """``count`` tokens at once, or none (a batch of transactions, each counted): from the
+        lease when it holds them, else from the bucket, which grants them all or refuses.
+        Not shared with other requests' asking, as a refusal of many says nothing of one."""
+        if count > limit.burst:
+            raise ValueError(f"{count} tokens are more than the bucket holds ({limit.burst})")
+        now = self._clock()
+        lease = self._leases.get(subject)
+        if lease is not None and lease.expires <= now:
+            lease = None
+        if lease is not None and lease.tokens >= count:
+            lease.tokens -= count
+            return Decision(True, limit, lease.remaining + lease.tokens, 0.0, lease.reset_s)
+        if self._script is None or now < self._redis_down_until:
+            return self._remember(subject, self._local.take(subject, limit, count))
+        kept = lease.tokens if lease is not None else 0
+        decision = await self._lease(subject, limit, now, least=count - kept, kept=kept)
+        return self._remember(subject, decision)
+
     async def _take(self, subject: str, limit: Limit) -> Decision:
         while True:
             now = self._clock()
@@ -207,26 +229,30 @@ class RateLimiter:
             del self._asking[subject]
             asking.set_result(decision if decision is not None and not decision.allowed else None)
 
-    async def _lease(self, subject: str, limit: Limit, now: float) -> Decision:
-        wanted = max(1, min(MAX_LEASE, math.ceil(limit.rate * 0.05), limit.burst // 4))
+    async def _lease(
+        self, subject: str, limit: Limit, now: float, *, least: int = 1, kept: int = 0
+    ) -> Decision:
+        """Lease tokens from the bucket and spend ``least`` of them (with the ``kept`` tokens
+        of the lease it replaces, which are spent first)."""
+        wanted = max(least, min(MAX_LEASE, math.ceil(limit.rate * 0.05), limit.burst // 4))
         try:
             self.redis_calls += 1
             assert self._script is not None
             granted, remaining, wait_ms, reset_ms = await self._script(
-                keys=[self._prefix + subject], args=[limit.rate, limit.burst, wanted]
+                keys=[self._prefix + subject], args=[limit.rate, limit.burst, wanted, least]
             )
         except (RedisError, OSError) as exc:
             # Skip Redis for a second rather than pay its timeout on every request.
             self._redis_down_until = now + 1.0
             log.warning("limits.redis_unavailable", extra={"error": str(exc)[:200]})
-            return self._local.take(subject, limit)
+            return self._local.take(subject, limit, least + kept)
         granted = int(granted)
         if granted == 0:
-            self._leases.pop(subject, None)
+            if not kept:  # a lease's tokens too few for a batch still serve single requests
+                self._leases.pop(subject, None)
             return Decision(False, limit, 0, int(wait_ms) / 1000, int(reset_ms) / 1000)
         if len(self._leases) > 100_000:
             self._leases.clear()
-        self._leases[subject] = _Lease(
-            granted - 1, now + LEASE_S, int(remaining), int(reset_ms) / 1000
-        )
-        return Decision(True, limit, int(remaining) + granted - 1, 0.0, int(reset_ms) / 1000)
+        left = granted - least  # with the ``kept`` ones, ``least + kept`` are spent
+        self._leases[subject] = _Lease(left, now + LEASE_S, int(remaining), int(reset_ms) / 1000)
+        return Decision(True, limit, int(remaining) + left, 0.0, int(reset_ms) / 1000)

@@ -15,6 +15,8 @@ from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay import cancel, requests, service
 from relay_api.relay.schemas import (
     AcceptedResponse,
+    BatchRequest,
+    BatchResponse,
     CancelRefused,
     CancelResponse,
     DirectRequest,
@@ -26,6 +28,7 @@ from relay_api.relay.schemas import (
 )
 from relay_api.responses import Json
 from relay_api.runtime import Runtime
+from relay_core.errors import BadRequest
 from relay_core.statuses import TxStatus
 
 router = APIRouter(prefix="/api/v1/relay", tags=["relay"])
@@ -39,6 +42,17 @@ IdempotencyKey = Annotated[
         # Stated for clients and generators; the check is relay_api.relay.requests' (a 400,
         # the same on the fast path), not FastAPI's (which would answer 422).
         json_schema_extra={"pattern": "^[!-~]{1,255}$", "minLength": 1, "maxLength": 255},
+    ),
+]
+
+# A batch's items are keyed "<key> <index>" (relay_api.relay.service.accept_batch): 252 + 3.
+BatchIdempotencyKey = Annotated[
+    str | None,
+    Header(
+        alias="Idempotency-Key",
+        description="Same key and batch within a client → the original 202 again, item by "
+        "item; 1-252 printable ASCII characters (another key is refused with 400)",
+        json_schema_extra={"pattern": "^[!-~]{1,252}$", "minLength": 1, "maxLength": 252},
     ),
 ]
 
@@ -107,6 +121,79 @@ async def _accept(
             runtime.fees,
             runtime.settings.forwarder_gas_overhead,
         )
+
+
+@router.post(
+    "/batch",
+    status_code=202,
+    response_model=BatchResponse,
+    responses=errors(
+        *AUTHENTICATED,
+        *WITH_BODY,
+        notes={
+            **SUBMIT_ERRORS_NOTES,
+            400: "A transaction that is not acceptable, named by its index (transactions.3.data: "
+            "...), or more transactions than the client's rate-limit burst",
+            403: f"{SUBMIT_ERRORS_NOTES[403]}. A rule refusing one transaction names its index",
+            409: "Idempotency-Key reused with another batch, naming the first item that differs",
+            422: "Not a batch of 1-100 direct transactions; the field names the item's index",
+        },
+    ),
+    dependencies=[JsonBody],
+    operation_id="submitBatch",
+)
+async def submit_batch(
+    body: BatchRequest,
+    caller: CallerDep,
+    runtime: RuntimeDep,
+    idempotency_key: BatchIdempotencyKey = None,
+) -> Json:
+    """Accept up to 100 direct transactions in one request: all of them or none.
+    Each is checked as ``POST /relay/direct`` checks one (a refusal names its index), counted
+    by the rate limit and the spend policy, and written in one database transaction; 202 with
+    one result per transaction, in the request's order. With an Idempotency-Key, sending the
+    same batch again answers each transaction as it was accepted."""
+    key = requests.check_idempotency_key(idempotency_key, longest=252)
+    caller.ensure_submits()
+    count = len(body.transactions)
+    limit = caller.limit or runtime.default_limit
+    if count > limit.burst:
+        raise BadRequest(
+            f"transactions: {count} are more than this client's rate-limit burst of "
+            f"{limit.burst}; send at most {limit.burst} at once"
+        )
+    stored = body.model_dump(  # all at once: half the CPU of a dump per item
+        by_alias=True, mode="json", exclude={"transactions": {"__all__": {"callback_url"}}}
+    )["transactions"]
+    batch = []
+    for index, item in enumerate(body.transactions):
+        try:
+            batch.append(requests.prepare_direct(item, runtime.settings, stored[index]))
+        except BadRequest as exc:
+            raise BadRequest(f"transactions.{index}.{exc.detail}") from None
+    if count > 1:  # the request itself took one token
+        (await runtime.limiter.take_many(caller.id, limit, count - 1)).enforce(
+            f"client {caller.name}"
+        )
+    started = time.perf_counter()
+    async with unit_of_work(runtime) as uow:
+        results = await service.accept_batch(
+            uow,
+            caller,
+            batch,
+            key,
+            runtime.budgets,
+            runtime.fees,
+            runtime.settings.forwarder_gas_overhead,
+        )
+    replayed = all(result.replayed for result in results)
+    metrics.ACCEPT_SECONDS.observe(
+        "batch", "replayed" if replayed else "accepted", time.perf_counter() - started
+    )
+    headers = {"Idempotent-Replayed": "true"} if replayed else None
+    return Json(
+        {"results": [result.body() for result in results]}, status_code=202, headers=headers
+    )
 
 
 @router.post(

@@ -38,11 +38,11 @@ class NewTransaction:
 FAST_SPEEDS = frozenset({Speed.fast, Speed.fastest})
 
 
-def check_idempotency_key(key: str | None) -> str | None:
+def check_idempotency_key(key: str | None, longest: int = 255) -> str | None:
     if key is None:
         return None
-    if not _IDEMPOTENCY_KEY.fullmatch(key):
-        raise BadRequest("Idempotency-Key: must be 1-255 printable ASCII characters")
+    if not _IDEMPOTENCY_KEY.fullmatch(key) or len(key) > longest:
+        raise BadRequest(f"Idempotency-Key: must be 1-{longest} printable ASCII characters")
     return key
 
 
@@ -67,7 +67,11 @@ def _check_data(field: str, value: str, settings: ApiSettings) -> None:
         raise BadRequest(f"{field}: must be at most {settings.max_data_bytes} bytes")
 
 
-def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction:
+def prepare_direct(
+    body: DirectRequest, settings: ApiSettings, request: dict[str, Any] | None = None
+) -> NewTransaction:
+    """``request``: ``body`` as stored, when it was dumped already (a batch's items, dumped
+    at once)."""
     _check_data("data", body.data, settings)
     if body.gas_limit is not None:
         _check_gas("gasLimit", body.gas_limit, settings)
@@ -78,7 +82,8 @@ def prepare_direct(body: DirectRequest, settings: ApiSettings) -> NewTransaction
         except ValueError as exc:
             raise BadRequest(f"validUntil: {exc}") from exc
         valid_until = _check_window("validUntil", parsed, settings)
-    request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
+    if request is None:
+        request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
     asked_fast = "speed" in body.model_fields_set and body.speed in FAST_SPEEDS
     return NewTransaction(
         type=TxType.direct,

@@ -218,6 +218,31 @@ class StatusResponse(BaseModel):
     updated_at: str = Field(alias="updatedAt")
     submitted_at: str | None = Field(alias="submittedAt")
     confirmed_at: str | None = Field(alias="confirmedAt")
+    # What it cost, from its receipt: null until the consumer has read it (soon after it is
+    # mined, when RELAY_CHAIN_RPC_URL is set), and for a transaction that never reached the
+    # chain. With defaults: an answer cached before these fields existed lacks them.
+    block_number: int | None = Field(
+        None, alias="blockNumber", description="the block it was mined in", examples=[1234567]
+    )
+    gas_used: int | None = Field(
+        None, alias="gasUsed", description="gas it used, from its receipt", examples=[21000]
+    )
+    effective_gas_price: str | None = Field(
+        None,
+        alias="effectiveGasPrice",
+        description="wei paid per gas, a decimal string, from its receipt",
+        pattern=r"^[0-9]+$",
+        examples=["1500000000"],
+    )
+    fee_wei: str | None = Field(
+        None,
+        alias="feeWei",
+        description="what it cost in wei (gasUsed x effectiveGasPrice), a decimal string; "
+        '"0" without a receipt: a fee reserved by a daily fee budget, given back because it '
+        "never reached the chain",
+        pattern=r"^[0-9]+$",
+        examples=["31500000000000"],
+    )
 
     model_config = ConfigDict(populate_by_name=True)
 
@@ -256,3 +281,20 @@ class CancelRefused(BaseModel):
     error: str = Field(examples=["conflict"])
     detail: str
     status: TxStatus = Field(description="where the transaction is: mined, or final")
+
+
+MAX_BATCH = 100
+
+
+class BatchRequest(_Strict):
+    transactions: list[DirectRequest] = Field(
+        min_length=1,
+        max_length=MAX_BATCH,
+        description=f"1-{MAX_BATCH} direct transactions, accepted or refused together",
+    )
+
+
+class BatchResponse(BaseModel):
+    results: list[AcceptedResponse] = Field(
+        description="one per transaction, in the request's order"
+    )
