@@ -293,3 +293,43 @@ async def test_a_lost_and_a_refused_broadcast_leave_no_nonce_gap(stack: Any) -> 
         assert await rpc.nonce(relayer, "latest") == await rpc.nonce(relayer, "pending")
     finally:
         await rpc.aclose()
+
+
+async def test_a_sped_up_transaction_is_mined_at_its_new_hash_and_executed_once(
+    stack: Any,
+) -> None:
+    """With the node holding its mempool (no automine), a submitted transfer is sped up: the
+    executor replaces it at its nonce, and the block mines the replacement, not both."""
+    payee = Account.create().address
+    rpc = stack.rpc()
+    await rpc.call("evm_setAutomine", False)
+    await rpc.call("evm_setIntervalMining", 0)
+    try:
+        async with stack.client() as http:
+            accepted = await http.post(
+                "/api/v1/relay/direct",
+                json={"to": payee, "value": "111", "data": "0x", "speed": "average"},
+            )
+            assert accepted.status_code == 202, accepted.text
+            tx_id = accepted.json()["transactionId"]
+            sent = await wait_status(
+                http, tx_id, lambda s: s["status"] == "submitted" and bool(s["hash"]), 30
+            )
+            sped = await http.post(
+                f"/api/v1/relay/transactions/{tx_id}/speed-up", json={"speed": "fastest"}
+            )
+            assert sped.status_code == 200, sped.text
+            assert sped.json()["speedUp"] == "sent"
+            new_hash = sped.json()["hash"]
+            assert new_hash not in (None, sent["hash"])
+            await rpc.call("evm_mine")
+            final = await wait_final(http, tx_id)
+        assert (final["status"], final["hash"]) == ("confirmed", new_hash), final
+        receipt = await rpc.receipt(new_hash)
+        assert receipt is not None
+        assert int(receipt["status"], 16) == 1
+        assert await rpc.receipt(sent["hash"]) is None  # the original was never mined
+        assert await rpc.balance(payee) == 111  # executed once
+    finally:
+        await rpc.call("evm_setAutomine", True)
+        await rpc.aclose()

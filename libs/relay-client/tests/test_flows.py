@@ -225,3 +225,25 @@ def test_a_batch_is_sent_as_decimal_strings_under_one_key_and_answered_in_order(
         next(flows.submit_batch([{"to": "0xdead"}] * 101, None, 0))
     with pytest.raises(TypeError, match=r"transactions\[0\].value"):
         next(flows.submit_batch([{"to": "0xdead", "value": 1.5}], None, 0))
+
+
+def test_a_speed_up_names_its_speed_and_reads_what_was_done() -> None:
+    flow = flows.speed_up("t 1", "fastest", 0)
+    body = {
+        "transactionId": "t 1",
+        "status": "submitted",
+        "speed": "fastest",
+        "speedUp": "sent",
+        "hash": "0xabc",
+        "detail": "replaced",
+    }
+    result, calls, _ = _drive(flow, [_reply(200, body)])
+    (call,) = calls
+    assert (call.method, call.path, call.json) == (
+        "POST",
+        "/api/v1/relay/transactions/t%201/speed-up",
+        {"speed": "fastest"},
+    )
+    assert (result.speed_up, result.hash) == ("sent", "0xabc")
+    with pytest.raises(ValueError, match="speed must be one of"):
+        next(flows.speed_up("t-1", "ludicrous", 0))

@@ -80,3 +80,36 @@ async def count_rows(runtime: Any, table: str = "transactions") -> int:
 
     async with runtime.sessions() as session:
         return int((await session.execute(text(f"SELECT COUNT(*) FROM {table}"))).scalar_one())  # noqa: S608
+
+
+async def accept_direct(client: Any, key: str, **fields: Any) -> str:
+    """A direct transaction to DEAD accepted for ``key``'s client; its id."""
+    response = await client.post(
+        "/api/v1/relay/direct", json={"to": DEAD, **fields}, headers={"X-API-Key": key}
+    )
+    assert response.status_code == 202, response.text
+    return str(response.json()["transactionId"])
+
+
+async def row_of(runtime: Any, tx_id: str) -> Any:
+    """The transaction's row as it is now (detached)."""
+    from relay_core.db.models import Transaction
+
+    async with runtime.sessions() as session:
+        tx = await session.get(Transaction, tx_id)
+        assert tx is not None
+        return tx
+
+
+async def set_row(runtime: Any, tx_id: str, **values: Any) -> None:
+    """Put the row where a test needs it (a new version, as any write makes)."""
+    from sqlalchemy import update
+
+    from relay_core.db.models import Transaction
+
+    async with runtime.sessions() as session, session.begin():
+        await session.execute(
+            update(Transaction)
+            .where(Transaction.id == tx_id)
+            .values(version=Transaction.version + 1, **values)
+        )

@@ -72,6 +72,12 @@ class Stub:
         data: dict[str, Any] = response.json()["data"]
         return data
 
+    async def replace(self, tx_id: str, **overrides: Any) -> httpx.Response:
+        """``PUT`` the transaction with a send's body (``tx_body`` with ``overrides``)."""
+        return await self.client.put(
+            f"{self.tx_path}/{tx_id}", json=tx_body(**overrides), headers=self.auth
+        )
+
     async def get(self, tx_id: str) -> httpx.Response:
         return await self.client.get(f"{self.tx_path}/{tx_id}", headers=self.auth)
 

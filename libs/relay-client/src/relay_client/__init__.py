@@ -35,6 +35,7 @@ from relay_client.models import (
     CallbackSettings,
     CancelResult,
     Page,
+    SpeedUpResult,
     Status,
 )
 
@@ -56,6 +57,7 @@ __all__ = [
     "RelayClient",
     "RelayError",
     "RepeatedCallback",
+    "SpeedUpResult",
     "Status",
     "Unauthorized",
     "Unavailable",

@@ -5,55 +5,19 @@ only in how a request is sent and how a pause is made."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from importlib.metadata import PackageNotFoundError, version
 from types import TracebackType
 from typing import Any, TypeVar
 
 import httpx
 
 from relay_client import flows, gasless
+from relay_client import transport as wire
 from relay_client.flows import Call, Flow, Reply, Sleep
-from relay_client.models import Accepted, CallbackSettings, CancelResult, Status
+from relay_client.models import Accepted, CallbackSettings, CancelResult, SpeedUpResult, Status
 
 T = TypeVar("T")
-
-DEFAULT_URL = "http://127.0.0.1:8000"
-
-try:
-    _VERSION = version("relay-client")
-except PackageNotFoundError:  # pragma: no cover - run from a source tree
-    _VERSION = "0"
-
-
-def _settings(base_url: str | None, api_key: str | None) -> tuple[str, str]:
-    url = base_url or os.environ.get("RELAY_API_URL") or DEFAULT_URL
-    key = api_key or os.environ.get("RELAY_API_KEY")
-    if not key:
-        raise ValueError("no API key: pass api_key= or set RELAY_API_KEY")
-    return url.rstrip("/"), key
-
-
-def _headers(api_key: str, extra: dict[str, str] | None) -> dict[str, str]:
-    return {"X-API-Key": api_key, "User-Agent": f"relay-client/{_VERSION}", **(extra or {})}
-
-
-def _reply(response: httpx.Response) -> Reply:
-    body: Any
-    if response.headers.get("content-type", "").startswith("application/json"):
-        try:
-            body = response.json()
-        except ValueError:
-            body = response.text
-    else:
-        body = response.text
-    return Reply(response.status_code, response.headers, body)
-
-
-def _failed(exc: httpx.TransportError) -> Reply:
-    return Reply(0, {}, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__)
 
 
 class RelayClient:
@@ -76,11 +40,14 @@ class RelayClient:
         headers: dict[str, str] | None = None,
         transport: httpx.BaseTransport | None = None,
     ) -> None:
-        url, key = _settings(base_url, api_key)
+        url, key = wire.settings(base_url, api_key)
         self.base_url = url
         self.retries = retries
         self._http = httpx.Client(
-            base_url=url, headers=_headers(key, headers), timeout=timeout_s, transport=transport
+            base_url=url,
+            headers=wire.headers(key, headers),
+            timeout=timeout_s,
+            transport=transport,
         )
 
     def __enter__(self) -> RelayClient:
@@ -178,6 +145,13 @@ class RelayClient:
         :class:`~relay_client.errors.Conflict` when it is mined or final already."""
         return self._run(flows.cancel(transaction_id, self.retries))
 
+    def speed_up(self, transaction_id: str, speed: str) -> SpeedUpResult:
+        """Send one of your transactions at ``speed`` (safeLow, average, fast, fastest): before
+        it is sent, or replaced at the executor at its nonce (:class:`SpeedUpResult`);
+        :class:`~relay_client.errors.Conflict` when it is being sent (ask again), mined or
+        final."""
+        return self._run(flows.speed_up(transaction_id, speed, self.retries))
+
     def wait(
         self,
         transaction_id: str,
@@ -232,8 +206,8 @@ class RelayClient:
                 call.method, call.path, json=call.json, params=call.params, headers=call.headers
             )
         except httpx.TransportError as exc:
-            return _failed(exc)
-        return _reply(response)
+            return wire.failed(exc)
+        return wire.reply(response)
 
 
 class AsyncRelayClient:
@@ -251,11 +225,14 @@ class AsyncRelayClient:
         headers: dict[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
-        url, key = _settings(base_url, api_key)
+        url, key = wire.settings(base_url, api_key)
         self.base_url = url
         self.retries = retries
         self._http = httpx.AsyncClient(
-            base_url=url, headers=_headers(key, headers), timeout=timeout_s, transport=transport
+            base_url=url,
+            headers=wire.headers(key, headers),
+            timeout=timeout_s,
+            transport=transport,
         )
 
     async def __aenter__(self) -> AsyncRelayClient:
@@ -342,6 +319,10 @@ class AsyncRelayClient:
         """As :meth:`RelayClient.cancel`."""
         return await self._run(flows.cancel(transaction_id, self.retries))
 
+    async def speed_up(self, transaction_id: str, speed: str) -> SpeedUpResult:
+        """As :meth:`RelayClient.speed_up`."""
+        return await self._run(flows.speed_up(transaction_id, speed, self.retries))
+
     async def wait(
         self,
         transaction_id: str,
@@ -396,5 +377,5 @@ class AsyncRelayClient:
                 call.method, call.path, json=call.json, params=call.params, headers=call.headers
             )
         except httpx.TransportError as exc:
-            return _failed(exc)
-        return _reply(response)
+            return wire.failed(exc)
+        return wire.reply(response)

@@ -17,7 +17,15 @@ from typing import Any, TypeVar
 from urllib.parse import quote
 
 from relay_client import errors, gasless
-from relay_client.models import SPEEDS, Accepted, CallbackSettings, CancelResult, Page, Status
+from relay_client.models import (
+    SPEEDS,
+    Accepted,
+    CallbackSettings,
+    CancelResult,
+    Page,
+    SpeedUpResult,
+    Status,
+)
 
 T = TypeVar("T")
 
@@ -204,6 +212,16 @@ def cancel(transaction_id: str, retries: int) -> Flow[CancelResult]:
     path = f"/api/v1/relay/transactions/{quote(transaction_id, safe='')}"
     reply = yield from request(Call("DELETE", path), retries)
     return CancelResult.from_json(reply.body)
+
+
+def speed_up(transaction_id: str, speed: str, retries: int) -> Flow[SpeedUpResult]:
+    """Safe to retry: asked again, the transaction is at that speed already (or, at the
+    executor, replaced once more at it)."""
+    if speed not in SPEEDS:
+        raise ValueError(f"speed must be one of {', '.join(SPEEDS)}")
+    path = f"/api/v1/relay/transactions/{quote(transaction_id, safe='')}/speed-up"
+    reply = yield from request(Call("POST", path, json={"speed": speed}), retries)
+    return SpeedUpResult.from_json(reply.body)
 
 
 def wait(

@@ -133,6 +133,31 @@ class CancelResult:
 
 
 @dataclass(frozen=True, slots=True)
+class SpeedUpResult:
+    """What a speed-up did: ``done`` (not sent yet: it will be sent at ``speed``) or ``sent``
+    (the executor replaced it at its nonce with ``speed``; ``hash`` is its new hash, which the
+    status follows)."""
+
+    transaction_id: str
+    status: str
+    speed: str
+    speed_up: str
+    hash: str | None
+    detail: str
+
+    @classmethod
+    def from_json(cls, body: dict[str, Any]) -> SpeedUpResult:
+        return cls(
+            body["transactionId"],
+            body["status"],
+            body["speed"],
+            body["speedUp"],
+            body.get("hash"),
+            body["detail"],
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class CallbackSettings:
     """Where this client's notifications go; ``secret`` only when it was just made."""
 

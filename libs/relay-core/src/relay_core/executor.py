@@ -265,6 +265,13 @@ class ExecutorClient:
         body = await self._call("cancel", "DELETE", target)
         return ExecutorTx.from_api(body["data"])
 
+    async def replace(self, executor_tx_id: str, payload: dict[str, Any]) -> ExecutorTx:
+        """The executor's replace: the transaction keeps its id and nonce and is sent again
+        with ``payload`` (a send's body), priced anew for its speed; a new hash once sent."""
+        target = f"{self._base}/{quote(executor_tx_id, safe='')}"
+        body = await self._call("replace", "PUT", target, json=payload)
+        return ExecutorTx.from_api(body["data"])
+
     async def status(self) -> dict[str, Any]:
         """The relayer's status: ``balance`` (wei, a decimal string),
         ``pending_transactions_count``, ``last_confirmed_transaction_timestamp``, ``paused``,

@@ -79,10 +79,11 @@ class Spend:
             fwd = request["request"]
             gas = int(fwd["gas"])
             # The forwarder's execute: the request's gas and the forwarder's own, at the
-            # speed the consumer sends gasless requests with.
+            # speed the consumer sends gasless requests with (fast, or a speed-up's).
             sent = gas + forwarder_overhead
             fee = None if fee_per_gas is None else sent * fee_per_gas
-            return cls(TxType.gasless, str(fwd["to"]), int(fwd["value"]), gas, "fast", fee)
+            speed = str(request.get("speed") or "fast")
+            return cls(TxType.gasless, str(fwd["to"]), int(fwd["value"]), gas, speed, fee)
         named = request.get("gasLimit")
         gas_limit = int(named) if named else None
         return cls(

@@ -70,6 +70,16 @@ BODIES: dict[str, Any] = {
         "signature": "0x" + "ab" * 64 + "1b",
     },
     "AcceptedResponse": {"transactionId": TX, "status": "pending", "createdAt": AT},
+    "SpeedUpRequest": {"speed": "fastest"},
+    "SpeedUpResponse": {
+        "transactionId": TX,
+        "status": "submitted",
+        "speed": "fastest",
+        "speedUp": "sent",
+        "hash": HASH,
+        "detail": "the executor sends it again at fastest, at the same nonce: whichever of the "
+        "two is mined is the transaction (its hash in the status follows)",
+    },
     "BatchRequest": {
         "transactions": [
             {"to": DEAD, "value": "1000000000000000"},

@@ -37,12 +37,12 @@ from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages.claiming import Turn
 from queue_consumer.stages.gates import NonceTurn, SpendGate
 from queue_consumer.stages.outcome import Outcome, circuit_open
-from queue_consumer.stages.payload import executor_payload
 from queue_consumer.stages.recording import SOURCE_DLQ, Conflict, Recorder
 from queue_consumer.transactions import repository
 from queue_consumer.transactions.lookup import choose
 from relay_core.db.models import Transaction, utcnow
 from relay_core.executor import ErrorKind, ExecutorError, ExecutorTx
+from relay_core.payload import executor_payload
 from relay_core.settings import Environment
 from relay_core.statuses import TxStatus, TxType
 

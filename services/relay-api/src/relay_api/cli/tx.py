@@ -6,6 +6,7 @@ relay tx submit --to ADDR [--value WEI] [--data HEX] [--gas-limit N] [--speed S]
 relay tx status ID
 relay tx wait ID [--timeout S]
 relay tx cancel ID [--wait [--timeout S]]
+relay tx speed-up ID --speed S [--wait [--timeout S]]
 relay tx batch FILE.jsonl [--idempotency-key K] [--wait [--timeout S]]
 relay tx list [--status S] [--limit N]
 
@@ -83,6 +84,14 @@ def add_parsers(sub: Any) -> None:
     cancel.add_argument("--wait", action="store_true", help="then wait until it is final")
     _wait_options(cancel)
 
+    speed_up = tx.add_parser(
+        "speed-up", help="send a transaction at another speed (replaced at the executor if sent)"
+    )
+    speed_up.add_argument("transaction_id", metavar="ID")
+    speed_up.add_argument("--speed", choices=SPEEDS, required=True, help="the new speed")
+    speed_up.add_argument("--wait", action="store_true", help="then wait until it is final")
+    _wait_options(speed_up)
+
     batch = tx.add_parser(
         "batch", help="submit a file of direct transactions, one JSON object a line, 100 a request"
     )
@@ -102,7 +111,7 @@ def add_parsers(sub: Any) -> None:
     listing.add_argument("--status", choices=STATUSES, help="only those in this status")
     listing.add_argument("--limit", type=int, default=20, help="most to show (default 20)")
 
-    for command in (submit, status, wait, cancel, batch, listing):
+    for command in (submit, status, wait, cancel, speed_up, batch, listing):
         command.add_argument("--json", action="store_true", help="JSON instead of a table")
         command.add_argument("--api-url", help="default: RELAY_API_URL, else the local API")
         command.add_argument("--api-key", help="default: RELAY_API_KEY, else make run's key")
@@ -182,6 +191,18 @@ def _run(relay: RelayClient, args: argparse.Namespace) -> int:
         return _final(relay.wait(args.transaction_id, timeout_s=args.timeout), args.json)
     if args.action == "batch":
         return _batch(relay, args)
+    if args.action == "speed-up":
+        sped = relay.speed_up(args.transaction_id, args.speed)
+        if args.json and not args.wait:
+            _json(sped)
+            return EXIT_OK
+        if not args.json:
+            hash_now = f", hash {sped.hash}" if sped.hash else ""
+            _out(f"{sped.transaction_id}: speed-up {sped.speed_up} ({sped.speed}){hash_now}")
+            _out(sped.detail)
+        if not args.wait:
+            return EXIT_OK
+        return _final(relay.wait(args.transaction_id, timeout_s=args.timeout), args.json)
     if args.action == "cancel":
         result = relay.cancel(args.transaction_id)
         if args.json and not args.wait:

@@ -82,7 +82,7 @@ async def cancel(runtime: Runtime, caller: Caller, transaction_id: str) -> Cance
                     inflight_key=None,
                     cancel_requested_at=None,
                 ):
-                    uow.after_commit.append(functools.partial(_write_through, runtime, tx))
+                    uow.after_commit.append(functools.partial(write_through, runtime, tx))
                     return CancelAnswer(200, "canceled", "done", CANCELED_BEFORE_SENT)
                 continue  # moved meanwhile (a consumer's claim): decide again
             if status is TxStatus.processing:
@@ -133,7 +133,7 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
             if current is not None and await apply_upstream(
                 uow.session, current, view, source=SOURCE
             ):
-                uow.after_commit.append(functools.partial(_write_through, runtime, current))
+                uow.after_commit.append(functools.partial(write_through, runtime, current))
                 return CancelAnswer(
                     200, current.status, "done", "the executor canceled it before sending it"
                 )
@@ -159,6 +159,7 @@ def _too_late(tx: Transaction) -> CancelAnswer:
     return CancelAnswer(409, tx.status, "too_late", f"the transaction is {tx.status}: too late")
 
 
-async def _write_through(runtime: Runtime, tx: Transaction) -> None:
+async def write_through(runtime: Runtime, tx: Transaction) -> None:
+    """The row as it now stands into the status cache (after its commit)."""
     if runtime.cache is not None:
         await runtime.cache.put_row_quietly(tx)

@@ -12,7 +12,8 @@ from relay_api import metrics
 from relay_api.auth.service import Caller
 from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
-from relay_api.relay import cancel, requests, service
+from relay_api.relay import batch as batch_service
+from relay_api.relay import cancel, requests, service, speedup
 from relay_api.relay.schemas import (
     AcceptedResponse,
     BatchRequest,
@@ -23,6 +24,8 @@ from relay_api.relay.schemas import (
     DomainResponse,
     GaslessRequest,
     NonceResponse,
+    SpeedUpRequest,
+    SpeedUpResponse,
     StatusResponse,
     TransactionPage,
 )
@@ -177,7 +180,7 @@ async def submit_batch(
         )
     started = time.perf_counter()
     async with unit_of_work(runtime) as uow:
-        results = await service.accept_batch(
+        results = await batch_service.accept_batch(
             uow,
             caller,
             batch,
@@ -324,6 +327,40 @@ async def cancel_transaction(
     caller.ensure_submits()
     answer = await cancel.cancel(runtime, caller, str(transaction_id))
     return Json(answer.body(str(transaction_id)), status_code=answer.http_status)
+
+
+@router.post(
+    "/transactions/{transactionId}/speed-up",
+    response_model=SpeedUpResponse,
+    responses=errors(
+        *AUTHENTICATED,
+        *WITH_BODY,
+        notes={
+            403: "policy_refused: the client's spend policy refuses the new speed (speeds, "
+            "maxFeeWei, or dailyFeeWei: more than the fee reserved for it at accept); or an "
+            "admin or operator key",
+            404: "Unknown id, or another client's",
+            409: "Being sent by a consumer (ask again once submitted), a cancel under way, or "
+            "mined or final (too late)",
+            503: "The executor did not answer; nothing changed",
+        },
+    ),
+    dependencies=[JsonBody],
+    operation_id="speedUpTransaction",
+)
+async def speed_up_transaction(
+    transaction_id: Annotated[uuid.UUID, Path(alias="transactionId")],
+    body: SpeedUpRequest,
+    caller: CallerDep,
+    runtime: RuntimeDep,
+) -> Json:
+    """Send one of your transactions at another speed. Not sent yet: it will be sent at that
+    speed (fast and fastest move it to the fast lane). At the executor and not yet mined: the
+    executor's replace, the same transaction at its nonce priced anew (its hash changes; the
+    status follows). Being sent, mined or final: 409. Safe to retry."""
+    caller.ensure_submits()
+    answer = await speedup.speed_up(runtime, caller, str(transaction_id), body.speed)
+    return Json(answer.body(str(transaction_id)))
 
 
 @router.get(

@@ -298,3 +298,22 @@ class BatchResponse(BaseModel):
     results: list[AcceptedResponse] = Field(
         description="one per transaction, in the request's order"
     )
+
+
+class SpeedUpRequest(_Strict):
+    speed: Speed = Field(description="the speed to send it at from now on")
+
+
+class SpeedUpResponse(BaseModel):
+    transaction_id: str = Field(alias="transactionId")
+    status: TxStatus = Field(description="where the transaction is now")
+    speed: Speed
+    speed_up: Literal["done", "sent"] = Field(
+        alias="speedUp",
+        description="done: not sent yet, it will be sent at this speed (and in the fast lane "
+        "for fast or fastest); sent: the executor replaced it at its nonce with this speed",
+    )
+    hash: str | None = Field(description="the executor's hash for it now (sent)")
+    detail: str
+
+    model_config = ConfigDict(populate_by_name=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import uuid
-from collections import Counter
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -66,9 +65,9 @@ async def accept(
     relay_api.limits.budget): given back if the row is not committed. A client with a fee
     rule has the most its transaction can cost worked out first (``fees``)."""
     caller.ensure_submits()
-    fingerprint = _fingerprint(new)
+    fingerprint = fingerprint_of(new)
     now = utcnow()
-    spend = await _spend(caller, new, fees, forwarder_overhead)
+    spend = await spend_of(caller, new, fees, forwarder_overhead)
     try:
         caller.policy.check(spend)
         reserved = await budgets.reserve(
@@ -101,13 +100,13 @@ async def accept(
     return Accepted(transaction_id=tx_id, created_at=rfc3339(now) or "", replayed=False)
 
 
-def _fingerprint(new: NewTransaction) -> str:
+def fingerprint_of(new: NewTransaction) -> str:
     return jsonutil.fingerprint(
         {"type": new.type.value, "request": new.request, "callbackUrl": new.callback_url}
     )
 
 
-async def _spend(
+async def spend_of(
     caller: Caller,
     new: NewTransaction,
     fees: FeeOracle | None,
@@ -151,122 +150,13 @@ def _row(
         created_at=now,
         updated_at=now,
         spend_bucket=bucket,
-        reserved_fee_wei=_fee_reserved(caller, spend),
+        reserved_fee_wei=fee_reserved(caller, spend),
     )
 
 
-def _fee_reserved(caller: Caller, spend: policy.Spend) -> str | None:
+def fee_reserved(caller: Caller, spend: policy.Spend) -> str | None:
     """The fee held on the row until its receipt settles it (a client with a fee budget)."""
     return str(spend.fee) if spend.fee and caller.policy.daily_fee_wei else None
-
-
-def _item_keys(idempotency_key: str | None, count: int) -> list[str | None]:
-    if idempotency_key is None:
-        return [None] * count
-    return [f"{idempotency_key} {index}" for index in range(count)]
-
-
-async def accept_batch(
-    uow: UnitOfWork,
-    caller: Caller,
-    batch: list[NewTransaction],
-    idempotency_key: str | None,
-    budgets: Budgets,
-    fees: FeeOracle | None = None,
-    forwarder_overhead: int = policy.FORWARDER_GAS_OVERHEAD,
-    *,
-    again: bool = True,
-) -> list[Accepted]:
-    """Accept ``batch`` as a whole: every row in one INSERT and one commit, or none. With an
-    Idempotency-Key, item ``i`` is keyed ``"<key> <i>"`` (a space: never a single request's
-    key): those accepted before are answered as they were, the others written. The spend
-    policy judges each transaction (refused: 403 naming its index); the daily budgets are
-    reserved for the sum."""
-    caller.ensure_submits()
-    keys = _item_keys(idempotency_key, len(batch))
-    fingerprints = [_fingerprint(new) for new in batch]
-    answers: list[Accepted | None] = [None] * len(batch)
-    if idempotency_key is not None:
-        originals = await repository.by_idempotency_keys(uow.session, caller.id, keys)
-        for index, key in enumerate(keys):
-            original = originals.get(key)  # type: ignore[arg-type]
-            if original is None:
-                continue
-            if original.request_fingerprint != fingerprints[index]:
-                raise Conflict(
-                    f"transactions.{index}: Idempotency-Key was already used with a different "
-                    "batch; use a new key"
-                )
-            answers[index] = Accepted(
-                original.id, rfc3339(original.created_at) or "", replayed=True
-            )
-    fresh = [index for index, answer in enumerate(answers) if answer is None]
-    if not fresh:
-        metrics.REPLAYED.inc()
-        return [answer for answer in answers if answer is not None]
-    prices: dict[Any, int | None] = {}
-    spends = {}
-    for index in fresh:
-        spend = await _spend(caller, batch[index], fees, forwarder_overhead, prices)
-        try:
-            caller.policy.check(spend)
-        except policy.PolicyRefused as exc:
-            exc.detail = f"transactions.{index}: {exc.detail}"
-            raise
-        spends[index] = spend
-    reserved = await budgets.reserve(
-        lambda: uow.session,
-        caller.id,
-        caller.policy,
-        sum(spend.value for spend in spends.values()),
-        sum(spend.fee or 0 for spend in spends.values()),
-    )
-    now = utcnow()
-    common = {"client_id": caller.id, "type": TxType.direct.value, "created_at": now}
-    common.update(updated_at=now, spend_bucket=reserved.bucket)
-    rows = repository.new_rows(
-        common,
-        [
-            {
-                "request": batch[i].request,
-                "idempotency_key": keys[i],
-                "request_fingerprint": fingerprints[i],
-                "valid_until": batch[i].valid_until,
-                "callback_url": batch[i].callback_url or caller.callback_url,
-                "lane": batch[i].lane,
-                "reserved_fee_wei": _fee_reserved(caller, spends[i]),
-            }
-            for i in fresh
-        ],
-    )
-    uow.on_rollback.append(reserved.give_back)
-    try:
-        committed = await repository.add(uow, rows)
-    except IntegrityError:
-        # The same batch sent twice at once: the other was written first. Ask again.
-        await uow.rollback()
-        reserved.give_back()
-        uow.on_rollback.remove(reserved.give_back)
-        if idempotency_key is None or not again:
-            raise Conflict("conflicting transaction") from None
-        return await accept_batch(
-            uow, caller, batch, idempotency_key, budgets, fees, forwarder_overhead, again=False
-        )
-    if committed:
-        uow.on_rollback.remove(reserved.give_back)
-    created = rfc3339(now) or ""
-    context = tracing.current()
-    lanes: Counter[str] = Counter()
-    for index, row in zip(fresh, rows, strict=True):
-        lane = batch[index].lane
-        uow.outbox.append(
-            TransactionMessage.new(row["id"], TxType.direct, context, lane, timestamp=created)
-        )
-        lanes[lane] += 1
-        answers[index] = Accepted(row["id"], created, replayed=False)
-    for lane, count in lanes.items():
-        metrics.ACCEPTED.inc(TxType.direct.value, lane, amount=count)
-    return [answer for answer in answers if answer is not None]
 
 
 async def _resolve_duplicate(

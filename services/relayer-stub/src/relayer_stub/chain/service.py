@@ -36,9 +36,11 @@ from relay_core import evm
 from relayer_stub.chain import signing
 from relayer_stub.chain.watcher import Watcher, node_has
 from relayer_stub.errors import ProviderFailed
+from relayer_stub.lifecycle.pricing import replacement_gas_price
+from relayer_stub.lifecycle.replacement import ensure_replaceable, replacement_speed, take_terms
 from relayer_stub.lifecycle.service import EXPIRED_PENDING_REASON, Lifecycle
 from relayer_stub.transactions.models import Status, Transaction, now_rfc3339
-from relayer_stub.transactions.schemas import signing_problem
+from relayer_stub.transactions.schemas import SendRequest, signing_problem
 
 log = logging.getLogger(__name__)
 
@@ -222,31 +224,40 @@ class ChainLifecycle(Lifecycle):
         if self._chain_id is None:
             self._chain_id = await self._rpc.chain_id()
         tx.nonce = self._nonces[tx.relayer_id]
-        if tx.gas_limit is None:
-            tx.gas_limit = await signing.estimate(self._rpc, tx, signer.address)
-        if tx.gas_price is None and tx.max_fee_per_gas is None:
-            tx.gas_price = await signing.price(self._rpc, tx.speed or "fast", self._priority_fee)
+        while True:
+            # A replace may change the terms while the node is asked: then ask for the new ones.
+            asked = tx.terms()
+            gas_limit, gas_price = tx.gas_limit, tx.gas_price
+            if gas_limit is None:
+                gas_limit = await signing.estimate(self._rpc, tx, signer.address)
+            if gas_price is None and tx.max_fee_per_gas is None:
+                gas_price = await signing.price(self._rpc, tx.speed or "fast", self._priority_fee)
+            if tx.terms() == asked:
+                break
+        tx.gas_limit, tx.gas_price = gas_limit, gas_price
         signing.sign(tx, signer, self._chain_id)
         tx.status = Status.sent
         self._changed(tx)
 
     async def _broadcast(self, tx: Transaction) -> bool:
-        assert tx.raw is not None
-        assert tx.hash is not None
         refusals = 0
         while True:
+            # The version sent now: a replace or a cancel may sign another while it is on its way.
+            raw, sent_hash = tx.raw, tx.hash
+            assert raw is not None
+            assert sent_hash is not None
             try:
                 if self._faults.drops_broadcast():
                     raise evm.RpcUnavailable("broadcast lost on the way (fault injected)")
                 if self._faults.rejects_broadcast():
                     raise evm.RpcError(-32000, "the node refused the transaction (fault injected)")
                 self.broadcasts += 1
-                await self._rpc.send_raw(tx.raw)
+                await self._rpc.send_raw(raw)
             except evm.RpcUnavailable as exc:
                 # No answer: the node may have it. Ask; if it does not, send the same bytes.
                 log.warning("stub.chain.broadcast_unanswered", extra={"transaction_id": tx.id})
                 try:
-                    known = await self._rpc.transaction(tx.hash) is not None
+                    known = await self._rpc.transaction(sent_hash) is not None
                 except evm.RpcUnavailable:
                     return False  # still no answer: the sender comes back to it
                 if not known:
@@ -254,7 +265,7 @@ class ChainLifecycle(Lifecycle):
                     log.info("stub.chain.resend", extra={"transaction_id": tx.id, "why": str(exc)})
                     continue
             except evm.RpcError as exc:
-                if await node_has(self._rpc, tx):
+                if await node_has(self._rpc, sent_hash):
                     pass  # "already known" and the like: it is there
                 elif "nonce too low" in exc.message.lower():
                     # Someone else used this nonce: sign again with the node's pending nonce.
@@ -275,21 +286,57 @@ class ChainLifecycle(Lifecycle):
                     tx.nonce = None
                     self._finish(tx, Status.failed, f"the node refused it: {exc.message}")
                     return True
-            self._taken(tx)
+            self._taken(tx, sent_hash)
             return True
 
-    def _taken(self, tx: Transaction) -> None:
-        """The node has ``tx``: its nonce is spent; the chain decides the rest."""
+    def _taken(self, tx: Transaction, sent_hash: str) -> None:
+        """The node has ``tx`` (the version ``sent_hash``): its nonce is spent; the chain
+        decides the rest."""
         assert tx.nonce is not None
-        assert tx.hash is not None
         self._nonces[tx.relayer_id] = max(self._nonces[tx.relayer_id], tx.nonce + 1)
         if tx.status is Status.sent:
             tx.status = Status.submitted
             tx.sent_at = now_rfc3339()
             self._changed(tx)
-        self._watcher.watch(tx.hash, tx.id, fresh=True)
+        self._watcher.watch(sent_hash, tx.id, fresh=True)
+        if tx.hash != sent_hash:
+            # Signed again while this version was on its way: the new one follows, to outbid it.
+            assert self._loop is not None
+            self._loop.create_task(self._broadcast_replacement(tx))
 
-    # -- cancel and expiry: a no-op at the same nonce ---------------------------------------------
+    # -- replace, cancel and expiry: another version at the same nonce -------------------------
+
+    async def replace(self, tx: Transaction, request: SendRequest) -> None:
+        """Not signed yet (pending, a jammed relayer's too): the new terms wait for the sender.
+        Signed: signed again at its nonce, priced at the new speed's price or what outbids the
+        version sent, whichever is higher, and sent to the node after it; the watcher follows
+        every version, and the one the chain mines decides (``Transaction.take_version``)."""
+        ensure_replaceable(tx, request)
+        if tx.status is not Status.pending:
+            speed = replacement_speed(tx, request)
+            try:
+                market = await signing.price(self._rpc, speed, self._priority_fee)
+            except (evm.RpcError, evm.RpcUnavailable) as exc:
+                raise ProviderFailed(f"Failed to price the replacement: {exc}") from exc
+            ensure_replaceable(tx, request)  # mined or canceled while the node answered?
+        if tx.status is Status.pending:
+            # Not signed yet (or sent back meanwhile, to be signed at the node's nonce).
+            await super().replace(tx, request)
+            return
+        gas_price = replacement_gas_price(tx, market)
+        take_terms(tx, request)
+        tx.gas_price = gas_price
+        self._sign_again(tx)
+        self._changed(tx)
+        log.info("stub.chain.replaced", extra={"transaction_id": tx.id, "nonce": tx.nonce})
+
+    def _sign_again(self, tx: Transaction) -> None:
+        """Sign the terms ``tx`` has now at its nonce; once submitted, send them to the node
+        (while sent, the sender sends the version it finds, or this one after it: _taken)."""
+        signing.sign(tx, self._signers[tx.relayer_id], self._chain_id)
+        if tx.status is Status.submitted:
+            assert self._loop is not None
+            self._loop.create_task(self._broadcast_replacement(tx))
 
     def _replace_with_noop(self, tx: Transaction, *, reason: str | None, canceled: bool) -> None:
         if tx.status not in (Status.sent, Status.submitted) or tx.nonce is None:
@@ -302,24 +349,23 @@ class ChainLifecycle(Lifecycle):
         if reason is not None:
             tx.status_reason = reason
         signing.outbid(tx)
-        signing.sign(tx, self._signers[tx.relayer_id], self._chain_id)
+        self._sign_again(tx)
         log.info(
-            "stub.chain.replaced",
+            "stub.chain.replaced_with_noop",
             extra={"transaction_id": tx.id, "nonce": tx.nonce, "original": original},
         )
-        if tx.status is Status.submitted:
-            assert self._loop is not None
-            self._loop.create_task(self._broadcast_replacement(tx))
 
     async def _broadcast_replacement(self, tx: Transaction) -> None:
-        assert tx.raw is not None
-        assert tx.hash is not None
+        raw, sent_hash = tx.raw, tx.hash
+        assert raw is not None
+        assert sent_hash is not None
         try:
-            await self._rpc.send_raw(tx.raw)
+            await self._rpc.send_raw(raw)
         except (evm.RpcError, evm.RpcUnavailable) as exc:
             # The original may already be mined: then the chain has decided.
             log.info(
                 "stub.chain.replacement_refused", extra={"transaction_id": tx.id, "why": str(exc)}
             )
             return
-        self._watcher.watch(tx.hash, tx.id)
+        # Fresh: with automine the block may be mined, and read, before the broadcast returns.
+        self._watcher.watch(sent_hash, tx.id, fresh=True)

@@ -11,13 +11,12 @@ from eth_account.signers.local import LocalAccount
 from eth_utils import to_checksum_address
 
 from relay_core import evm
-from relayer_stub.lifecycle.service import SPEED_PERCENT, fallback_gas_limit
+from relayer_stub.lifecycle import pricing
 from relayer_stub.transactions.models import Transaction
 
 log = logging.getLogger(__name__)
 
 GAS_MARGIN_PERCENT = 110  # upstream adds 10 % to an estimate
-REPLACEMENT_PRICE_PERCENT = 125  # a replacement must outbid the original (nodes want +10 %)
 
 
 async def price(rpc: evm.EvmRpc, speed: str, priority_fee: int) -> int:
@@ -30,7 +29,7 @@ async def price(rpc: evm.EvmRpc, speed: str, priority_fee: int) -> int:
         base = await rpc.gas_price()
     else:
         base = int(base_fee, 16) + priority_fee
-    return base * SPEED_PERCENT[speed] // 100
+    return pricing.speed_price(base, speed)
 
 
 async def estimate(rpc: evm.EvmRpc, tx: Transaction, sender: str) -> int:
@@ -45,7 +44,7 @@ async def estimate(rpc: evm.EvmRpc, tx: Transaction, sender: str) -> int:
             "stub.chain.estimate_failed",
             extra={"transaction_id": tx.id, "why": evm.decode_revert(exc.revert_data)},
         )
-        return fallback_gas_limit(tx.data)
+        return pricing.fallback_gas_limit(tx.data)
     return estimated * GAS_MARGIN_PERCENT // 100
 
 
@@ -73,19 +72,18 @@ def sign(tx: Transaction, signer: LocalAccount, chain_id: int | None) -> None:
     v = int(signed.v)
     r, s = f"{signed.r:064x}", f"{signed.s:064x}"
     tx.signature = {"r": r, "s": s, "v": v, "sig": f"0x{r}{s}{v % 256:02x}"}
+    tx.versions[tx.hash] = tx.terms()
 
 
 def outbid(tx: Transaction) -> None:
     """Raise the price of ``tx``, about to be signed again as a replacement at its nonce."""
     if tx.gas_price is not None:
-        tx.gas_price = tx.gas_price * REPLACEMENT_PRICE_PERCENT // 100 + 1
+        tx.gas_price = pricing.outbid(tx.gas_price)
     else:
         assert tx.max_fee_per_gas is not None
         assert tx.max_priority_fee_per_gas is not None
-        tx.max_fee_per_gas = tx.max_fee_per_gas * REPLACEMENT_PRICE_PERCENT // 100 + 1
-        tx.max_priority_fee_per_gas = (
-            tx.max_priority_fee_per_gas * REPLACEMENT_PRICE_PERCENT // 100 + 1
-        )
+        tx.max_fee_per_gas = pricing.outbid(tx.max_fee_per_gas)
+        tx.max_priority_fee_per_gas = pricing.outbid(tx.max_priority_fee_per_gas)
 
 
 def address(value: str | None) -> str | None:

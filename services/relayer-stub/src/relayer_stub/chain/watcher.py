@@ -129,7 +129,9 @@ class Watcher:
                 self.resends += 1
                 log.warning("stub.chain.resent_forgotten", extra={"transaction_id": tx.id})
             except evm.RpcError as exc:
-                if "nonce too low" in exc.message.lower() and not await node_has(self._rpc, tx):
+                if "nonce too low" in exc.message.lower() and not await node_has(
+                    self._rpc, tx_hash
+                ):
                     del self.watching[tx_hash]
                     self._finish(
                         tx, Status.failed, "dropped by the node, and its nonce used by another"
@@ -143,9 +145,9 @@ class Watcher:
             return
         mined_hash = str(receipt["transactionHash"])
         if mined_hash != tx.hash:
-            # The original won over its replacement (or the other way round).
-            tx.hash = mined_hash
-            tx.is_noop = tx.is_canceled = False
+            # An earlier version won over its replacement (a replace, or a cancel's or an
+            # expiry's no-op): the chain decided, and the record says what it mined.
+            tx.take_version(mined_hash)
         tx.mined_block = int(receipt["blockNumber"], 16)
         if int(receipt.get("status", "0x1"), 16) == 0:
             self._finish(tx, Status.failed, await self._revert_reason(tx))
@@ -173,8 +175,8 @@ class Watcher:
         return "execution reverted (receipt status 0)"
 
 
-async def node_has(rpc: evm.EvmRpc, tx: Transaction) -> bool:
+async def node_has(rpc: evm.EvmRpc, tx_hash: str) -> bool:
     try:
-        return await rpc.transaction(tx.hash or "") is not None
+        return await rpc.transaction(tx_hash) is not None
     except evm.RpcUnavailable:
         return False

@@ -6,10 +6,12 @@ confirmed, or -> failed from submitted (a revert, forced by ``fail_to`` /
 submitted replaces the transaction with a no-op (to = from, value 0, data ``0x``, new hash,
 status_reason "Transaction is expired. Replacing with NOOP.") that ends ``confirmed``; passing
 while pending fails it. A cancel while pending is final at once; while sent or submitted it
-becomes a no-op with ``is_canceled`` and ends ``canceled``. Final transactions are deleted
-after the retention period. Every change is sent as a webhook and written to the ledger
-(batched: one write per transaction per ``persist_interval_s``). A jammed relayer's
-(fault ``jam_relayers``) transactions advance to submitted and wait there until it is lifted.
+becomes a no-op with ``is_canceled`` and ends ``canceled``. A replace takes new terms (to,
+value, data, gas limit, speed) and, once signed, a new hash; its timers carry on. Final
+transactions are deleted after the retention period. Every change is sent as a webhook and
+written to the ledger (batched: one write per transaction per ``persist_interval_s``). A
+jammed relayer's (fault ``jam_relayers``) transactions advance to submitted and wait there
+until it is lifted.
 """
 
 from __future__ import annotations
@@ -25,18 +27,18 @@ from typing import Any
 
 import orjson
 
-from relay_core.errors import BadRequest
 from relayer_stub.faults.service import FaultInjector
 from relayer_stub.ledger.repository import Ledger
-from relayer_stub.lifecycle.schemas import LifecycleConfig
-from relayer_stub.transactions.models import (
-    CANCELABLE_STATUSES,
-    Status,
-    Transaction,
-    now_rfc3339,
-    random_hex,
+from relayer_stub.lifecycle.pricing import fallback_gas_limit, replacement_gas_price, speed_price
+from relayer_stub.lifecycle.replacement import (
+    ensure_changeable,
+    ensure_replaceable,
+    replacement_speed,
+    take_terms,
 )
-from relayer_stub.transactions.schemas import signing_problem
+from relayer_stub.lifecycle.schemas import LifecycleConfig
+from relayer_stub.transactions.models import Status, Transaction, now_rfc3339, random_hex
+from relayer_stub.transactions.schemas import SendRequest, signing_problem
 from relayer_stub.transactions.store import TransactionStore
 from relayer_stub.webhooks.service import WebhookDispatcher
 
@@ -46,31 +48,12 @@ EXPIRED_NOOP_REASON = "Transaction is expired. Replacing with NOOP."
 EXPIRED_PENDING_REASON = "Transaction is expired: valid_until passed before it was sent"
 NOOP_GAS_LIMIT = 21_000
 DEFAULT_BALANCE_WEI = 10**21  # memory mode: every relayer's balance unless a fault sets it
-SPEED_PERCENT = {"safeLow": 100, "average": 125, "fast": 150, "fastest": 200}
-_ERC20_TRANSFER = "a9059cbb"
-_ERC20_TRANSFER_FROM = "23b872dd"
 _NEXT_DELAY = {
     Status.pending: "delay_sent_ms",
     Status.sent: "delay_submitted_ms",
     Status.submitted: "delay_mined_ms",
     Status.mined: "delay_confirmed_ms",
 }
-
-
-def _debug_name(status: Status) -> str:
-    return status.value.capitalize()
-
-
-def fallback_gas_limit(data: str | None) -> int:
-    """What upstream falls back to when estimation fails."""
-    body = (data or "").removeprefix("0x").lower()
-    if not body:
-        return 21_000
-    if body.startswith(_ERC20_TRANSFER):
-        return 65_000
-    if body.startswith(_ERC20_TRANSFER_FROM):
-        return 80_000
-    return 200_000
 
 
 class Lifecycle:
@@ -195,11 +178,7 @@ class Lifecycle:
             self._schedule(tx, getattr(self._config, delay_field))
 
     def cancel(self, tx: Transaction) -> None:
-        if tx.status not in CANCELABLE_STATUSES:
-            raise BadRequest(
-                "Invalid transaction state for cancel_transaction. "
-                f"Current: {_debug_name(tx.status)}, Expected one of: [Pending, Sent, Submitted]"
-            )
+        ensure_changeable(tx, "cancel_transaction")
         if tx.status is Status.pending:
             self._finish(tx, Status.canceled, None)
         elif not tx.is_canceled:
@@ -209,11 +188,7 @@ class Lifecycle:
 
     def expire(self, tx: Transaction) -> None:
         """valid_until passes now (admin, on demand): upstream's expiry path at once."""
-        if tx.status not in CANCELABLE_STATUSES:
-            raise BadRequest(
-                f"Invalid transaction state for expiry. Current: {_debug_name(tx.status)}, "
-                "Expected one of: [Pending, Sent, Submitted]"
-            )
+        ensure_changeable(tx, "expiry")
         tx.valid_until_ts = min(tx.valid_until_ts, time.time())
         if tx.status is Status.pending:
             self._finish(tx, Status.failed, EXPIRED_PENDING_REASON)
@@ -222,6 +197,24 @@ class Lifecycle:
             self._changed(tx)
         else:
             self._persist(tx)
+
+    async def replace(self, tx: Transaction, request: SendRequest) -> None:
+        """Upstream's replace: the same id and nonce, the request's terms, priced again from
+        the speed (at least an outbid of the price it had). Signed already (sent, submitted):
+        signed again, a new hash. Nothing is rescheduled: it goes on where its timers are, and
+        a hold or a jam that holds it still does."""
+        ensure_replaceable(tx, request)
+        market = speed_price(self._base_gas_price, replacement_speed(tx, request))
+        gas_price = replacement_gas_price(tx, market)  # before the old price is cleared
+        take_terms(tx, request)
+        self.admit(tx)  # failure is decided by the terms, and these are new
+        if tx.status is not Status.pending:
+            tx.gas_price = gas_price
+            self._sign(tx)
+            if tx.status is Status.submitted:
+                tx.sent_at = now_rfc3339()
+        self._changed(tx)
+        log.info("stub.tx.replaced", extra={"transaction_id": tx.id, "status": str(tx.status)})
 
     # -- the state machine ---------------------------------------------------------------------
 
@@ -299,7 +292,7 @@ class Lifecycle:
         self._nonces[tx.relayer_id] = nonce + 1
         tx.nonce = nonce
         if tx.speed is not None:
-            tx.gas_price = self._base_gas_price * SPEED_PERCENT[tx.speed] // 100
+            tx.gas_price = speed_price(self._base_gas_price, tx.speed)
         if tx.gas_limit is None:
             tx.gas_limit = fallback_gas_limit(tx.data)
         self._sign(tx)

@@ -53,6 +53,18 @@ async def cancel_transaction(
     return success(runtime.transactions.cancel(relayer_id, transaction_id))
 
 
+@router.put("/relayers/{relayer_id}/transactions/{transaction_id}")
+async def replace_transaction(
+    relayer_id: str, transaction_id: str, request: Request
+) -> JSONResponse:
+    """The same transaction (its id, its nonce) with the body's terms, priced again from its
+    speed; pending, sent or submitted only. The body is a send's, with a send's 400s."""
+    runtime = runtime_of(request)
+    await runtime.faults.before_request(submit=False)
+    body = await request.body()
+    return success(await runtime.transactions.replace(relayer_id, transaction_id, body))
+
+
 @router.get("/relayers/{relayer_id}/status")
 async def relayer_status(relayer_id: str, request: Request) -> JSONResponse:
     runtime = runtime_of(request)

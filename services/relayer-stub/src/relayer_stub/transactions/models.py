@@ -47,6 +47,20 @@ def _decimal(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+_WEI_FIELDS = ("value", "gas_price", "max_fee_per_gas", "max_priority_fee_per_gas")
+# What one signed version of a transaction says; a replace, a cancel or an expiry signs another.
+_TERMS = (
+    "to",
+    "data",
+    "gas_limit",
+    "speed",
+    "signature",
+    "is_noop",
+    "is_canceled",
+    *_WEI_FIELDS,
+)
+
+
 @dataclass(slots=True)
 class Transaction:
     id: str
@@ -79,6 +93,9 @@ class Transaction:
     # block its receipt is in.
     raw: str | None = None
     mined_block: int | None = None
+    # Chain mode: the terms of every version signed, by hash. The versions race for one
+    # nonce; whichever the chain mines, the record takes its terms (take_version).
+    versions: dict[str, dict[str, Any]] = field(default_factory=dict)
     # Bumped on every scheduling decision; a timer carrying an older value is stale.
     version: int = 0
 
@@ -111,6 +128,24 @@ class Transaction:
             "is_canceled": self.is_canceled,
         }
 
+    def terms(self) -> dict[str, Any]:
+        """This version's terms, wei amounts as decimal strings (kept in ``state()``)."""
+        terms = {name: getattr(self, name) for name in _TERMS}
+        for name in _WEI_FIELDS:
+            terms[name] = _decimal(terms[name])
+        return terms
+
+    def take_version(self, tx_hash: str) -> None:
+        """Become the version signed as ``tx_hash``: the one the chain mined, which may be an
+        earlier one than the last signed (an original mined before its replacement)."""
+        self.hash = tx_hash
+        terms = self.versions.get(tx_hash)
+        if terms is None:  # signed before versions were kept: only a cancel or expiry no-op
+            self.is_noop = self.is_canceled = False
+            return
+        for name, value in terms.items():
+            setattr(self, name, int(value) if name in _WEI_FIELDS and value is not None else value)
+
     def state(self) -> dict[str, Any]:
         """Everything needed to rebuild the record after a restart. Wei amounts are decimal
         strings: they can exceed what a JSON reader holds in a double."""
@@ -142,6 +177,7 @@ class Transaction:
             "hashes": list(self.hashes),
             "raw": self.raw,
             "mined_block": self.mined_block,
+            "versions": {tx_hash: dict(terms) for tx_hash, terms in self.versions.items()},
         }
 
     @classmethod

@@ -1,4 +1,4 @@
-"""Send, get, list and cancel, with upstream's checks and error messages."""
+"""Send, get, list, cancel and replace, with upstream's checks and error messages."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from relayer_stub.ledger.repository import Ledger
 from relayer_stub.ledger.schemas import Submission
 from relayer_stub.lifecycle.service import Lifecycle
 from relayer_stub.transactions.models import Status, Transaction, new_uuid4, now_rfc3339
-from relayer_stub.transactions.schemas import normalize_data, parse_send_request
+from relayer_stub.transactions.schemas import SendRequest, normalize_data, parse_send_request
 from relayer_stub.transactions.store import TransactionStore
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,16 @@ DEFAULT_VALID_FOR_S = 8 * 3600  # upstream's default valid_until: created_at + 8
 class LedgerWriteFailed(RelayError):
     status_code = 500
     code = "internal_error"
+
+
+def read_send_request(body: bytes, now_ts: float) -> SendRequest:
+    """The body of a send or a replace, checked as upstream checks it (400s, or a plain-text
+    400 for malformed JSON)."""
+    try:
+        payload = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise MalformedJson(str(exc)) from None
+    return parse_send_request(payload, now_ts)
 
 
 class TransactionService:
@@ -54,12 +64,8 @@ class TransactionService:
 
     async def send(self, relayer_id: str, body: bytes) -> dict[str, Any]:
         from_address = self.relayer_address(relayer_id)
-        try:
-            payload = orjson.loads(body)
-        except orjson.JSONDecodeError as exc:
-            raise MalformedJson(str(exc)) from None
         now_ts = time.time()
-        request = parse_send_request(payload, now_ts)
+        request = read_send_request(body, now_ts)
         if self._faults.rejects(request.to):
             raise BadRequest("Transaction target address is not whitelisted")
 
@@ -145,6 +151,21 @@ class TransactionService:
         if tx is None:
             raise NotFound(f"Transaction with ID {tx_id} not found")
         self._lifecycle.cancel(tx)
+        return tx.response()
+
+    async def replace(self, relayer_id: str, tx_id: str, body: bytes) -> dict[str, Any]:
+        """In upstream's order: the relayer (404), the body with the send's checks (400, the
+        whitelist emulated by ``reject_to`` included), then the transaction (404) and its
+        state (400). The ledger keeps the send as it was received; the transaction's state
+        in it follows the replace, written behind as every change is."""
+        self.relayer_address(relayer_id)
+        request = read_send_request(body, time.time())
+        if self._faults.rejects(request.to):
+            raise BadRequest("Transaction target address is not whitelisted")
+        tx = self._store.get(tx_id)
+        if tx is None:
+            raise NotFound(f"Transaction with ID {tx_id} not found")
+        await self._lifecycle.replace(tx, request)
         return tx.response()
 
     def expire(self, tx_id: str) -> dict[str, Any]:

@@ -1,5 +1,7 @@
 """What the executor is sent for a row: a direct call as the client asked for it, a gasless
-request wrapped in the forwarder's ``execute`` with the gas the forwarder itself needs."""
+request wrapped in the forwarder's ``execute`` with the gas the forwarder itself needs. The
+consumer sends it (POST) and the API's speed-up replaces it with it (PUT), at the speed the
+row's request has then."""
 
 from __future__ import annotations
 
@@ -11,8 +13,11 @@ from relay_core.db.models import Transaction
 from relay_core.statuses import TxType
 
 
-def executor_payload(tx: Transaction, forwarder_gas_overhead: int) -> dict[str, Any]:
-    request = tx.request
+def executor_payload(
+    tx: Transaction, forwarder_gas_overhead: int, request: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """``request``: the row's request as it is to be sent (a speed-up's, not yet written)."""
+    request = tx.request if request is None else request
     if tx.type == TxType.gasless:
         fwd = request["request"]
         forward = ethereum.ForwardRequest(
@@ -29,7 +34,7 @@ def executor_payload(tx: Transaction, forwarder_gas_overhead: int) -> dict[str, 
             "data": ethereum.forwarder_execute_calldata(forward, request["signature"]),
             "value": fwd["value"],
             "gas_limit": forward.gas + forwarder_gas_overhead,
-            "speed": "fast",
+            "speed": request.get("speed") or "fast",  # a speed-up's, else the executor's default
         }
     else:
         payload = {
