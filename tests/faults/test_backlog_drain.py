@@ -1,17 +1,21 @@
 """Invariant 9 in figures, on the shipped defaults: after an executor outage ends, the backlog
 starts moving within 10 s and drains at no less than 80 % of the steady throughput.
 
-The same two consumer processes first work through a queue of 4,000 transactions with the
-executor answering (the steady throughput), then through 4,000 sent while it answers 429 to
-everything for 30 s. Both rates are read the same way, from the moments the database says each
-transaction was handed to the executor, and with the same work beside them: the steady phase's
-transactions are final before the storm starts (the rig has no API for the executor's webhooks,
-so the tracker learns their statuses; it waits 15 s after a send, and not while the circuit is
-open, so without this its reads of all 4,000 would fall on the drain)."""
+Two consumer processes first work through a queue of 4,000 transactions with the executor
+answering (the steady throughput); the same two then through 4,000 sent while it answers 429
+to everything for 30 s; then two new ones, as at first, through 4,000 more with the executor
+answering. The steady rate is the mean of the first and the last: the rig's throughput drifts
+over the scenario (against the first alone, the same code measured 74-126 % here). Every rate
+is read the same way, from the moments the database says each transaction was handed to the
+executor, and with the same work beside it: each phase's transactions are final before the
+next starts (the rig has no API for the executor's webhooks, so the tracker learns their
+statuses; it waits 15 s after a send, and not while the circuit is open, so without this its
+reads of the steady 4,000 would fall on the drain)."""
 
 from __future__ import annotations
 
 import asyncio
+import subprocess
 import time
 from datetime import datetime
 from typing import Any
@@ -66,12 +70,7 @@ async def test_after_a_429_storm_the_backlog_moves_within_10_s_at_80_percent_of_
 ) -> None:
     started = time.monotonic()
     steady = seed(rig.database_url, COUNT, "mixed")
-    await send_to_lanes(sqs, rig.lanes, rig.database_url, steady)
-    for n in range(2):
-        rig.processes.consumer(f"consumer-{n}")
-    moments = await _all_handed_over(rig.database_url, set(steady), 300)
-    assert len(moments) == COUNT
-    steady_rate = _rate(moments)
+    before_rate, consumers = await _steady_rate(rig, sqs, steady, "first")
     # Their statuses learned before the storm, as the executor's webhooks would have told
     # them: otherwise the tracker's catch-up on these 4,000 (due 15 s after each was sent,
     # held while the circuit is open) lands on the drain and is measured as the backlog's.
@@ -87,17 +86,44 @@ async def test_after_a_429_storm_the_backlog_moves_within_10_s_at_80_percent_of_
     assert len(moments) == COUNT
     moving_after_s = (moments[0] - ended).total_seconds()
     drain_rate = _rate(moments)
-
     await settle(rig.database_url, steady + backlog, 300)
     counts = tally(
         "backlog of 4,000 after 30 s of 429", rig.database_url, rig.stub, steady + backlog, ended
     )
+
+    # The steady measure again, after the storm, the same way: the machine's throughput
+    # drifts over the scenario's two minutes (the SQS server's and the database's work grow
+    # with what they hold), so the drain is judged against the mean of before and after.
+    for consumer in consumers:
+        consumer.terminate()
+    for consumer in consumers:
+        consumer.wait(60)
+    after = seed(rig.database_url, COUNT, "mixed", first=2 * COUNT)
+    after_rate, _ = await _steady_rate(rig, sqs, after, "again")
+    steady_rate = (before_rate + after_rate) / 2
+
+    await settle(rig.database_url, after, 300)
+    again = tally("the steady measure after", rig.database_url, rig.stub, after, ended)
     counts.seconds = time.monotonic() - started
     counts.notes.append(
-        f"steady {steady_rate:.0f}/s, drained at {drain_rate:.0f}/s "
-        f"({drain_rate / steady_rate:.0%}), moving after {moving_after_s:.1f} s"
+        f"steady {before_rate:.0f}/s before and {after_rate:.0f}/s after, drained at "
+        f"{drain_rate:.0f}/s ({drain_rate / steady_rate:.0%} of their mean), moving after "
+        f"{moving_after_s:.1f} s"
     )
     rig.record(counts)
     assert counts.clean, counts.line()
+    assert again.clean, again.line()
     assert moving_after_s <= 10, counts.line()
     assert drain_rate >= 0.8 * steady_rate, counts.line()
+
+
+async def _steady_rate(
+    rig: Rig, sqs: Any, ids: list[str], name: str
+) -> tuple[float, list[subprocess.Popen[bytes]]]:
+    """The rate at which two consumers started on a queue already holding ``ids`` hand them
+    to an executor that answers; and the consumers."""
+    await send_to_lanes(sqs, rig.lanes, rig.database_url, ids)
+    consumers = [rig.processes.consumer(f"consumer-{name}-{n}") for n in range(2)]
+    moments = await _all_handed_over(rig.database_url, set(ids), 300)
+    assert len(moments) == COUNT
+    return _rate(moments), consumers
