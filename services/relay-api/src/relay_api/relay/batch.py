@@ -74,7 +74,10 @@ async def accept_batch(
     prices: dict[Any, int | None] = {}
     spends = {}
     for index in fresh:
-        spend = await service.spend_of(caller, batch[index], fees, forwarder_overhead, prices)
+        new = batch[index]
+        spend = await service.spend_of(
+            caller, new.type, new.request, fees, forwarder_overhead, prices
+        )
         try:
             caller.policy.check(spend)
         except policy.PolicyRefused as exc:

@@ -84,14 +84,19 @@ def prepare_direct(
         valid_until = _check_window("validUntil", parsed, settings)
     if request is None:
         request = body.model_dump(by_alias=True, mode="json", exclude={"callback_url"})
-    asked_fast = "speed" in body.model_fields_set and body.speed in FAST_SPEEDS
+    asked_fast = "speed" in body.model_fields_set and takes_fast_lane(body.speed, settings)
     return NewTransaction(
         type=TxType.direct,
         request=request,
         valid_until=valid_until,
         callback_url=check_callback_url("callbackUrl", body.callback_url, settings),
-        lane="fast" if asked_fast and settings.fast_lane else "normal",
+        lane="fast" if asked_fast else "normal",
     )
+
+
+def takes_fast_lane(speed: Speed, settings: ApiSettings) -> bool:
+    """A transaction asked to go at ``speed`` is received from the fast lane (when it is on)."""
+    return settings.fast_lane and speed in FAST_SPEEDS
 
 
 def check_callback_url(field: str, url: str | None, settings: ApiSettings) -> str | None:

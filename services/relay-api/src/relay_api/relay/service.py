@@ -67,7 +67,7 @@ async def accept(
     caller.ensure_submits()
     fingerprint = fingerprint_of(new)
     now = utcnow()
-    spend = await spend_of(caller, new, fees, forwarder_overhead)
+    spend = await spend_of(caller, new.type, new.request, fees, forwarder_overhead)
     try:
         caller.policy.check(spend)
         reserved = await budgets.reserve(
@@ -108,22 +108,24 @@ def fingerprint_of(new: NewTransaction) -> str:
 
 async def spend_of(
     caller: Caller,
-    new: NewTransaction,
+    tx_type: TxType | str,
+    request: dict[str, Any],
     fees: FeeOracle | None,
     forwarder_overhead: int,
     prices: dict[Any, int | None] | None = None,
 ) -> policy.Spend:
-    """What ``new`` asks of the wallet; with a fee rule, at the highest price of its speed
-    (asked once per speed of a batch: ``prices`` keeps them)."""
+    """What a transaction of ``tx_type`` asking ``request`` asks of the wallet; with a fee
+    rule, at the highest price of its speed (a gasless request's is fast unless sped up),
+    asked once per speed of a batch (``prices`` keeps them)."""
     fee_per_gas = None
     if fees is not None and caller.policy.prices_fees:
-        speed = new.request.get("speed") if new.type == TxType.direct else "fast"
+        speed = request.get("speed") or "fast"
         prices = {} if prices is None else prices
         if speed not in prices:
             prices[speed] = await fees.max_fee_per_gas(speed)
         fee_per_gas = prices[speed]
     return policy.Spend.of(
-        new.type, new.request, fee_per_gas=fee_per_gas, forwarder_overhead=forwarder_overhead
+        tx_type, request, fee_per_gas=fee_per_gas, forwarder_overhead=forwarder_overhead
     )
 
 

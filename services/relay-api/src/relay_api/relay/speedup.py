@@ -27,9 +27,8 @@ from typing import Any
 
 from relay_api.auth.service import Caller
 from relay_api.deps import unit_of_work
-from relay_api.relay import repository
+from relay_api.relay import repository, requests, service
 from relay_api.relay.cancel import write_through
-from relay_api.relay.requests import FAST_SPEEDS
 from relay_api.relay.schemas import Speed
 from relay_api.runtime import Runtime
 from relay_core import policy
@@ -102,14 +101,8 @@ def _check_allowed(tx: Transaction) -> None:
 async def _check_policy(
     runtime: Runtime, caller: Caller, tx: Transaction, request: dict[str, Any]
 ) -> None:
-    fee_per_gas = None
-    if runtime.fees is not None and caller.policy.prices_fees:
-        fee_per_gas = await runtime.fees.max_fee_per_gas(request["speed"])
-    spend = policy.Spend.of(
-        tx.type,
-        request,
-        fee_per_gas=fee_per_gas,
-        forwarder_overhead=runtime.settings.forwarder_gas_overhead,
+    spend = await service.spend_of(
+        caller, tx.type, request, runtime.fees, runtime.settings.forwarder_gas_overhead
     )
     caller.policy.check(spend)
     if caller.policy.daily_fee_wei and (spend.fee or 0) > int(tx.reserved_fee_wei or 0):
@@ -121,7 +114,7 @@ async def _check_policy(
 
 
 def _lane(runtime: Runtime, tx: Transaction, speed: Speed) -> str:
-    if tx.type == TxType.direct and runtime.settings.fast_lane and speed in FAST_SPEEDS:
+    if tx.type == TxType.direct and requests.takes_fast_lane(speed, runtime.settings):
         return "fast"
     return tx.lane
 
