@@ -39,6 +39,7 @@ def test_a_genuine_notification_verifies_whatever_the_header_case() -> None:
     callback = verify_callback(SECRET, headers, BODY)
     assert callback.id == headers["Webhook-Id"]
     assert (callback.transaction_id, callback.status) == ("t-1", "confirmed")
+    assert callback.event == "transaction.status_changed"
     lowered = {k.lower(): v for k, v in _signed().items()}
     assert verify_callback(SECRET, lowered, BODY.decode()).payload["event"] == (
         "transaction.status_changed"

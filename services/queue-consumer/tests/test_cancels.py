@@ -18,7 +18,7 @@ from consumer_testkit import (
 )
 from sqlalchemy import select, update
 
-from relay_core.db.models import Transaction, TransactionEvent, utcnow
+from relay_core.db.models import Notification, Transaction, TransactionEvent, utcnow
 
 
 async def test_a_cancel_asked_for_before_the_executor_call_is_carried_out_without_it(
@@ -50,6 +50,7 @@ async def test_a_cancel_asked_for_during_the_executor_call_goes_to_the_executor(
     stub.lifecycle(paused=True)  # the executor keeps what it takes pending
     stub.faults(latency={"dist": "fixed", "ms": 2500}, scope="submit")  # within the timeout
     ids = seed_rows(database_url, 4)
+    set_rows(database_url, ids, callback_url="http://127.0.0.1:9/hook")
     await send_messages(sqs, queues[0], ids)
     await run_consumer(executor_timeout_s=6, tracker_enabled=False)
     await wait_until(
@@ -73,6 +74,29 @@ async def test_a_cancel_asked_for_during_the_executor_call_goes_to_the_executor(
         "pending",
         "pending",
     ]
+    # The cancel handed over is a step the client is told of: an event and a callback.
+    engine = sync_engine(database_url)
+    with engine.connect() as conn:
+        for tx_id in ids:
+            steps = conn.execute(
+                select(TransactionEvent.from_status, TransactionEvent.source).where(
+                    TransactionEvent.transaction_id == tx_id,
+                    TransactionEvent.to_status == TransactionEvent.from_status,
+                )
+            ).all()
+            told = [
+                payload["event"]
+                for payload in conn.execute(
+                    select(Notification.payload).where(Notification.transaction_id == tx_id)
+                ).scalars()
+            ]
+            if tx_id in ids[:2]:
+                assert [tuple(step) for step in steps] == [("submitted", "consumer")]
+                assert told.count("transaction.cancel_sent") == 1, told
+            else:
+                assert steps == []
+                assert "transaction.cancel_sent" not in told
+    engine.dispose()
 
 
 async def test_a_cancel_left_standing_is_carried_out_by_the_tracker(

@@ -14,7 +14,7 @@ from sqlalchemy import select
 
 from relay_api.app import create_app
 from relay_api.runtime import Runtime
-from relay_core.db.models import Transaction, TransactionEvent, utcnow
+from relay_core.db.models import Notification, Transaction, TransactionEvent, utcnow
 from relay_core.db.transitions import transition
 from relay_core.executor import ExecutorClient
 from relay_core.statuses import TxStatus
@@ -87,7 +87,13 @@ async def test_a_transaction_a_consumer_is_sending_gets_the_request_written_on_i
     client: httpx.AsyncClient, runtime: Runtime, api_key: str
 ) -> None:
     tx_id = await accept_direct(client, api_key)
-    await set_row(runtime, tx_id, status="processing", submit_started_at=utcnow())
+    await set_row(
+        runtime,
+        tx_id,
+        status="processing",
+        submit_started_at=utcnow(),
+        callback_url="http://127.0.0.1:9/hook",
+    )
     answer = await client.delete(_path(tx_id), headers={"X-API-Key": api_key})
     assert answer.status_code == 202, answer.text
     assert (answer.json()["status"], answer.json()["cancel"]) == ("processing", "requested")
@@ -96,6 +102,25 @@ async def test_a_transaction_a_consumer_is_sending_gets_the_request_written_on_i
     assert row.cancel_requested_at is not None
     again = await client.delete(_path(tx_id), headers={"X-API-Key": api_key})
     assert (again.status_code, again.json()["cancel"]) == (202, "requested")
+    # The request is a step: one event (from and into processing) and one callback, however
+    # often it is asked for.
+    async with runtime.sessions() as session:
+        steps = (
+            await session.execute(
+                select(TransactionEvent.from_status, TransactionEvent.to_status).where(
+                    TransactionEvent.transaction_id == tx_id,
+                    TransactionEvent.source == "client",
+                )
+            )
+        ).all()
+        told = (
+            await session.execute(
+                select(Notification.payload).where(Notification.transaction_id == tx_id)
+            )
+        ).scalars()
+        events = [payload["event"] for payload in told]
+    assert [tuple(step) for step in steps] == [("processing", "processing")]
+    assert events == ["transaction.cancel_requested"]
 
 
 async def test_the_cancel_and_the_consumers_claim_one_wins_every_round_in_either_order(
@@ -173,6 +198,48 @@ async def test_a_submitted_transaction_is_canceled_through_the_executor(
                 _, ledger = stub.ledger()
                 assert [entry["status"] for entry in ledger] == ["canceled"]
                 assert (await row_of(runtime, tx_id)).status == "canceled"
+
+                # One it has sent is replaced with a no-op: the cancel is sent, a step the
+                # client is told of (an event and a callback); the outcome comes later.
+                stub.lifecycle(hold_at="submitted")
+                sent_id = await accept_direct(client, api_key)
+                executor = ExecutorClient(stub.base_url, STUB_DEV_KEY, "relayer-1")
+                on_chain = await executor.submit(
+                    {"to": DEAD, "data": "0x", "value": "0", "speed": "fast"}
+                )
+                for _ in range(100):
+                    if (await executor.get(on_chain.id)).status == "submitted":
+                        break
+                    await asyncio.sleep(0.05)
+                await executor.aclose()
+                await set_row(
+                    runtime,
+                    sent_id,
+                    status="submitted",
+                    executor_tx_id=on_chain.id,
+                    callback_url="http://127.0.0.1:9/hook",
+                )
+                taken = await client.delete(_path(sent_id), headers={"X-API-Key": api_key})
+                assert taken.status_code == 202, taken.text
+                assert (taken.json()["status"], taken.json()["cancel"]) == ("submitted", "sent")
+                async with runtime.sessions() as session:
+                    steps = (
+                        await session.execute(
+                            select(TransactionEvent.from_status, TransactionEvent.to_status).where(
+                                TransactionEvent.transaction_id == sent_id
+                            )
+                        )
+                    ).all()
+                    told = (
+                        await session.execute(
+                            select(Notification.payload).where(
+                                Notification.transaction_id == sent_id
+                            )
+                        )
+                    ).scalars()
+                    events = [payload["event"] for payload in told]
+                assert [tuple(step) for step in steps] == [("submitted", "submitted")]
+                assert events == ["transaction.cancel_sent"]
 
                 stub.kill()  # an executor that does not answer: the request is kept
                 second = await accept_direct(client, api_key)

@@ -174,6 +174,14 @@ class Callback:
     payload: dict[str, Any]
 
     @property
+    def event(self) -> str | None:
+        """``transaction.status_changed``, ``transaction.cost_recorded`` or a cancel's step
+        (``transaction.cancel_requested``, ``transaction.cancel_sent``,
+        ``transaction.cancel_refused``)."""
+        value = self.payload.get("event")
+        return value if isinstance(value, str) else None
+
+    @property
     def transaction_id(self) -> str | None:
         value = self.payload.get("transactionId")
         return value if isinstance(value, str) else None

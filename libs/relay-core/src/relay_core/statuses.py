@@ -51,3 +51,13 @@ def can_advance(current: TxStatus | str, new: TxStatus | str) -> bool:
     if current in TERMINAL:
         return False
     return _RANK[new] > _RANK[current]
+
+
+class CancelStep(StrEnum):
+    """The steps of a client's cancel that change no status: each is an event on the
+    transaction (from and into its status) and a notification under this name. Where it ends
+    is a status change like any other (``canceled``, or ``confirmed`` if it came too late)."""
+
+    requested = "transaction.cancel_requested"  # written on the row; sent once the executor has it
+    sent = "transaction.cancel_sent"  # the executor took it: canceled, or replaced with a no-op
+    refused = "transaction.cancel_refused"  # the executor had mined it already: too late

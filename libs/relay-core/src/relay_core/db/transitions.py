@@ -37,13 +37,16 @@ class Change:
     The version and status the decision was made from are taken when the change is made, not
     when it runs: a change waiting for its batch must not take a newer state of the same row
     object (written by another change meanwhile) as the one it decided from. A change to the
-    same status writes no event (a touch)."""
+    same status writes no event (a touch), unless it is a ``step``: a move that changes no
+    status but that the client is told of, e.g. ``transaction.cancel_sent`` (an event from and
+    into the status, and its notification under that name)."""
 
     tx: Transaction
     status: str
     source: str = ""
     reason: str | None = None
     values: dict[str, Any] = field(default_factory=dict)
+    step: str | None = None
     expected_version: int = field(init=False)
     from_status: str = field(init=False)
 
@@ -53,7 +56,7 @@ class Change:
 
     @property
     def records_event(self) -> bool:
-        return self.status != self.from_status
+        return self.status != self.from_status or self.step is not None
 
     def columns(self, now: datetime) -> dict[str, Any]:
         values = dict(self.values)
@@ -217,7 +220,7 @@ def _records(
                     "client_id": tx.client_id,
                     "url": tx.callback_url,
                     "payload": {
-                        "event": "transaction.status_changed",
+                        "event": change.step or "transaction.status_changed",
                         "transactionId": tx.id,
                         "status": change.status,
                         "hash": columns.get("hash", tx.hash),
@@ -300,6 +303,7 @@ async def transition(
     *,
     source: str,
     reason: str | None = None,
+    step: str | None = None,
     **values: Any,
 ) -> bool:
     """Move ``tx`` (as last read) to ``new_status`` if nobody changed it since.
@@ -307,7 +311,7 @@ async def transition(
     Returns False when the row moved on meanwhile (the caller reloads and decides again).
     On success ``tx`` is updated in place to the new state, including its version.
     """
-    change = Change(tx, new_status, source=source, reason=reason, values=values)
+    change = Change(tx, new_status, source=source, reason=reason, values=values, step=step)
     (columns,) = await write_changes(session, [change])
     if columns is None:
         return False

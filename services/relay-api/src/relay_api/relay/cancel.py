@@ -18,7 +18,10 @@ its version, so that a consumer's claim and a cancel never both win:
 - ``mined`` or final: too late, 409 naming the status.
 
 A canceled gasless request gives up its signer's nonce turn only once the cancel is final.
-Every move is an event, and a callback where the transaction has a callback URL.
+Every step is an event, and a callback where the transaction has a callback URL: a status
+change, or a step that changes none (``transaction.cancel_requested`` when the request is
+written on the row, ``transaction.cancel_sent`` when the executor took it; the consumer writes
+``cancel_sent`` or ``cancel_refused`` for a request it carries out).
 """
 
 from __future__ import annotations
@@ -29,15 +32,17 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy.ext.asyncio import AsyncSession
+
 from relay_api.auth.service import Caller
 from relay_api.deps import unit_of_work
 from relay_api.relay import repository
 from relay_api.runtime import Runtime
 from relay_core.db.models import Transaction, utcnow
-from relay_core.db.transitions import touch, transition
+from relay_core.db.transitions import transition
 from relay_core.errors import NotFound
 from relay_core.executor import ErrorKind, ExecutorError
-from relay_core.statuses import TxStatus, is_terminal
+from relay_core.statuses import CancelStep, TxStatus, is_terminal
 from relay_core.tracking import apply_upstream, interpret
 
 log = logging.getLogger(__name__)
@@ -86,11 +91,10 @@ async def cancel(runtime: Runtime, caller: Caller, transaction_id: str) -> Cance
                     return CancelAnswer(200, "canceled", "done", CANCELED_BEFORE_SENT)
                 continue  # moved meanwhile (a consumer's claim): decide again
             if status is TxStatus.processing:
-                if tx.cancel_requested_at is None and not await touch(
-                    uow.session, tx, cancel_requested_at=utcnow()
-                ):
+                why = "a consumer is sending it"
+                if tx.cancel_requested_at is None and not await _request(uow.session, tx, why):
                     continue
-                return _requested(tx, "a consumer is sending it")
+                return _requested(tx, why)
             if status is TxStatus.canceled:  # asked again: it is
                 return CancelAnswer(200, tx.status, "done", tx.error or "canceled")
             if status is not TxStatus.submitted:
@@ -120,11 +124,12 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
                 409, now, "too_late", f"the executor can no longer cancel it: {exc.message}"
             )
         log.warning("api.cancel.executor_unanswered", extra={"transactionId": tx.id})
+        why = "the executor did not answer; it is asked again"
         async with unit_of_work(runtime) as uow:
             current = await repository.by_id(uow.session, tx.id)
             if current is not None and current.status == TxStatus.submitted:
-                await touch(uow.session, current, cancel_requested_at=utcnow())
-        return _requested(tx, "the executor did not answer; it is asked again")
+                await _request(uow.session, current, why)
+        return _requested(tx, why)
     log.info("api.cancel.sent", extra={"transactionId": tx.id, "executor": answer.status})
     view = interpret(answer.raw)
     if view is not None and is_terminal(view.status):  # canceled there and then (not sent)
@@ -137,6 +142,7 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
                 return CancelAnswer(
                     200, current.status, "done", "the executor canceled it before sending it"
                 )
+    await _record_sent(runtime, tx.id, answer.status)
     return CancelAnswer(
         202,
         TxStatus.submitted.value,
@@ -144,6 +150,38 @@ async def _at_executor(runtime: Runtime, tx: Transaction) -> CancelAnswer:
         "the executor replaces it with a no-op at its nonce: canceled once that is mined, or "
         "confirmed if the original is mined first",
     )
+
+
+async def _request(session: AsyncSession, tx: Transaction, why: str) -> bool:
+    """The cancel written on the row, for whoever sends it to the executor: a step."""
+    return await transition(
+        session,
+        tx,
+        tx.status,
+        source=SOURCE,
+        reason=f"cancel requested: {why}",
+        step=CancelStep.requested,
+        cancel_requested_at=utcnow(),
+    )
+
+
+async def _record_sent(runtime: Runtime, transaction_id: str, executor_status: str) -> None:
+    """The executor took the cancel: a step, on the row as it now stands (unless it is final
+    already: the outcome came first, and says more)."""
+    for _ in range(3):
+        async with unit_of_work(runtime) as uow:
+            current = await repository.by_id(uow.session, transaction_id)
+            if current is None or is_terminal(current.status):
+                return
+            if await transition(
+                uow.session,
+                current,
+                current.status,
+                source=SOURCE,
+                reason=f"cancel sent: the executor has it {executor_status}",
+                step=CancelStep.sent,
+            ):
+                return
 
 
 def _requested(tx: Transaction, why: str) -> CancelAnswer:
