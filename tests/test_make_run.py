@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import sqlite3
 import subprocess
 import sys
 import time
@@ -156,6 +157,16 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         receipt = _receipt(chain, str(status["hash"]))
         assert receipt is not None, status
         assert receipt["status"] == "0x1"
+        # The executor's webhooks reach the API (signed with a key make run made): the
+        # status came from them, not from the consumer's tracker 15 s after the last news.
+        with sqlite3.connect(state / "relay.db") as db:
+            sources = dict(
+                db.execute(
+                    "SELECT to_status, source FROM transaction_events WHERE transaction_id = ?",
+                    (transaction_id,),
+                ).fetchall()
+            )
+        assert sources.get("confirmed") == "webhook", sources
 
         # The gasless example, as the banner says to run it: no arguments beside make run.
         example = subprocess.run(

@@ -6,6 +6,7 @@ Session would have loaded (``Loader``), with the columns' result processors."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from operator import itemgetter
 from typing import Any
 
 from sqlalchemy import Column, Table
@@ -31,12 +32,24 @@ class Row:
         names = ", ".join(quote(c.name) for c in chosen)
         self.head = f"INSERT INTO {quote(table.name)} ({names}) VALUES "  # noqa: S608
         self.placeholders = "(" + ", ".join(["%s"] * len(chosen)) + ")"
+        # A row with every key (relay_api's new_row makes them so) is read in one C call;
+        # only the few columns with a bind processor (JSON) are then worked on: 100 rows of
+        # the transactions table (38 columns, 2 processed) 0.30 -> 0.16 ms here.
+        self._every = itemgetter(*self.keys) if len(self.keys) > 1 else None
+        self._processed = [
+            (index, process) for index, process in enumerate(self.processors) if process
+        ]
 
     def values(self, row: dict[str, Any]) -> list[Any]:
-        out = []
-        for key, process in zip(self.keys, self.processors, strict=True):
-            value = row.get(key)
-            out.append(process(value) if process is not None else value)
+        if self._every is not None and len(row) >= len(self.keys):
+            try:
+                out = list(self._every(row))
+            except KeyError:  # more keys, but not these: a column left to its default
+                out = [row.get(key) for key in self.keys]
+        else:
+            out = [row.get(key) for key in self.keys]
+        for index, process in self._processed:
+            out[index] = process(out[index])
         return out
 
     def insert(

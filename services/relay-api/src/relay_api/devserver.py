@@ -41,6 +41,8 @@ GRACE_S = 30.0
 DEV_CONSUMER_GRACE_S = 20.0
 # Where `make run` keeps the executor's admin token (in the state directory).
 STUB_ADMIN_TOKEN_FILE = "stub-admin-token"  # noqa: S105 (a file name)
+WEBHOOK_KEY_FILE = "webhook-signing-key"
+WEBHOOK_PATH = "/api/v1/webhooks/oz-relayer"
 
 
 class DevSettings(BaseSettings):
@@ -127,6 +129,16 @@ def _stub_admin_token(state_dir: Path) -> str:
     token, so a callback aimed at it by a client key cannot wipe the ledger."""
     return _kept_secret(
         state_dir, "STUB_ADMIN_TOKEN", STUB_ADMIN_TOKEN_FILE, lambda: secrets.token_urlsafe(32)
+    )
+
+
+def _webhook_signing_key(state_dir: Path) -> str:
+    """The key the started executor signs its webhooks with and the API checks them with."""
+    return _kept_secret(
+        state_dir,
+        "RELAY_WEBHOOK_SIGNING_KEY",
+        WEBHOOK_KEY_FILE,
+        lambda: secrets.token_urlsafe(32),
     )
 
 
@@ -228,12 +240,19 @@ def run() -> int:
             # resume on a real chain, nor the other way round).
             ledger = "relayer-stub-chain.sqlite3" if chain else "relayer-stub.sqlite3"
             os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / ledger))
+            # The executor reports each status change to the API as it happens (signed), as
+            # an OZ Relayer's notification does in production; without it every status would
+            # wait for the consumer's tracker (15 s after the last news).
+            webhook_key = _webhook_signing_key(state_dir)
+            os.environ["RELAY_WEBHOOK_SIGNING_KEY"] = webhook_key
             stub = subprocess.Popen(
                 [sys.executable, "-m", "relayer_stub.main"],
                 env={
                     **os.environ,
                     "STUB_PORT": str(stub_port),
                     "STUB_ADMIN_TOKEN": _stub_admin_token(state_dir),
+                    "STUB_WEBHOOK_URL": f"http://127.0.0.1:{settings.port}{WEBHOOK_PATH}",
+                    "STUB_WEBHOOK_SIGNING_KEY": webhook_key,
                 },
                 start_new_session=True,
             )
