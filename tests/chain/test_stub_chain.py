@@ -91,6 +91,17 @@ async def test_a_nonce_used_outside_the_stub_does_not_jam_it(
         assert [r["status"] for r in results] == ["confirmed", "confirmed"]
         assert [r["nonce"] for r in results] == [nonce + 1, nonce + 2]
         assert await rpc.nonce(relayer.address, "latest") == nonce + 3
+        # Receipts in one JSON-RPC batch, in order; a hash the chain does not know: None.
+        unknown = "0x" + "ab" * 32
+        receipts = await rpc.receipts([results[1]["hash"], unknown, results[0]["hash"]])
+        assert receipts[1] is None
+        assert [r["transactionHash"] for r in (receipts[0], receipts[2])] == [
+            results[1]["hash"],
+            results[0]["hash"],
+        ]
+        assert receipts == [
+            await rpc.receipt(h) for h in (results[1]["hash"], unknown, results[0]["hash"])
+        ]
     finally:
         await rpc.aclose()
 

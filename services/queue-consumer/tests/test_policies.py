@@ -209,6 +209,9 @@ class _Chain:
     async def receipt(self, tx_hash: str) -> dict[str, Any]:
         return {"blockNumber": "0x10", "gasUsed": hex(21_000), "effectiveGasPrice": "0xa"}
 
+    async def receipts(self, tx_hashes: list[str]) -> list[dict[str, Any]]:
+        return [await self.receipt(tx_hash) for tx_hash in tx_hashes]
+
 
 async def test_a_fee_is_settled_to_its_receipt_and_the_rest_goes_back_to_the_budget(
     database_url: str, consumer_settings: Any
@@ -266,6 +269,9 @@ class _NoReceipts:
 
     async def receipt(self, tx_hash: str) -> None:
         return None
+
+    async def receipts(self, tx_hashes: list[str]) -> list[None]:
+        return [None for _ in tx_hashes]
 
 
 async def test_rows_without_a_receipt_do_not_hold_up_the_others_and_aged_ones_are_let_go(

@@ -29,6 +29,7 @@ class _Chain:
     def __init__(self, *mined: str) -> None:
         self.mined = set(mined)
         self.asked: list[str] = []
+        self.batches = 0  # JSON-RPC batches asked
 
     async def receipt(self, tx_hash: str) -> dict[str, Any] | None:
         self.asked.append(tx_hash)
@@ -41,6 +42,10 @@ class _Chain:
             "effectiveGasPrice": hex(1_500_000_000),
             "status": "0x1",
         }
+
+    async def receipts(self, tx_hashes: list[str]) -> list[dict[str, Any] | None]:
+        self.batches += 1
+        return [await self.receipt(tx_hash) for tx_hash in tx_hashes]
 
 
 def _hash(n: int) -> str:
@@ -91,6 +96,7 @@ async def test_a_confirmed_transaction_without_a_reservation_gets_its_cost_from_
 
     settler = FeeSettler(sessions, chain, cache)  # type: ignore[arg-type]
     assert await settler.run_once() == 2
+    assert chain.batches == 1  # both receipts in one JSON-RPC batch
     assert await settler.run_once() == 0  # once
     by_id = {r["id"]: r for r in rows(database_url)}
     for tx_id in (confirmed, reverted):  # a reverted call used gas too

@@ -80,6 +80,52 @@ class EvmRpc:
             raise RpcError(int(error.get("code", 0)), str(error.get("message")), error.get("data"))
         return answer.get("result")
 
+    async def batch(self, method: str, params: list[list[Any]]) -> list[Any]:
+        """``method`` once per entry of ``params``, as one JSON-RPC batch (one HTTP request):
+        each call's result, in order, or the :class:`RpcError` the node answered it with. A
+        node that does not take batches (it answers one error, not a list) is asked one call
+        at a time instead. :class:`RpcUnavailable` when there is no answer."""
+        if not params:
+            return []
+        first = next(self._ids)
+        body = orjson.dumps(
+            [
+                {"jsonrpc": "2.0", "id": first + index, "method": method, "params": each}
+                for index, each in enumerate(params)
+            ]
+        )
+        for _ in params[1:]:
+            next(self._ids)  # the ids this batch used are not given out again
+        try:
+            async with self._http().post(self.url, data=body) as response:
+                raw = await response.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            raise RpcUnavailable(f"{method} (batch): {type(exc).__name__}: {exc}") from exc
+        try:
+            answers = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            raise RpcUnavailable(f"{method} (batch): not JSON-RPC: {raw[:200]!r}") from exc
+        if not isinstance(answers, list):  # batches refused: one call at a time
+            return [await self._one(method, each) for each in params]
+        out: list[Any] = [RpcUnavailable(f"{method}: no answer in the batch")] * len(params)
+        for answer in answers:
+            index = answer.get("id", -1) - first if isinstance(answer, dict) else -1
+            if not 0 <= index < len(params):
+                continue
+            error = answer.get("error")
+            out[index] = (
+                RpcError(int(error.get("code", 0)), str(error.get("message")), error.get("data"))
+                if error
+                else answer.get("result")
+            )
+        return out
+
+    async def _one(self, method: str, params: list[Any]) -> Any:
+        try:
+            return await self.call(method, *params)
+        except RpcError as exc:
+            return exc
+
     # --- the calls Relay makes ------------------------------------------------------------
 
     async def chain_id(self) -> int:
@@ -110,6 +156,16 @@ class EvmRpc:
     async def receipt(self, tx_hash: str) -> dict[str, Any] | None:
         result = await self.call("eth_getTransactionReceipt", tx_hash)
         return result if isinstance(result, dict) else None
+
+    async def receipts(self, tx_hashes: list[str], chunk: int = 100) -> list[dict[str, Any] | None]:
+        """The receipts of ``tx_hashes`` in order (None where the node has none, or answered
+        that one with an error), ``chunk`` to a JSON-RPC batch."""
+        out: list[dict[str, Any] | None] = []
+        for start in range(0, len(tx_hashes), chunk):
+            part = [[tx_hash] for tx_hash in tx_hashes[start : start + chunk]]
+            answers = await self.batch("eth_getTransactionReceipt", part)
+            out.extend(answer if isinstance(answer, dict) else None for answer in answers)
+        return out
 
     async def transaction(self, tx_hash: str) -> dict[str, Any] | None:
         result = await self.call("eth_getTransactionByHash", tx_hash)
