@@ -108,3 +108,51 @@ async def test_executor_webhooks_are_served_here_with_the_apps_refusals(
     assert fast.served - served == 1
     metrics = (await client.get("/metrics")).text
     assert 'route="/api/v1/webhooks/oz-relayer",status="401"' in metrics
+
+
+async def test_a_well_formed_batch_is_served_here_and_the_rest_gets_the_apps_answers(
+    client: httpx.AsyncClient, api_key: str
+) -> None:
+    """The same answers both ways: a batch validated from its bytes here, or by the app."""
+    key = {"X-API-Key": api_key}
+    batch = {"transactions": [{"to": DEAD, "value": str(n)} for n in range(3)]}
+    first = await client.post(
+        "/api/v1/relay/batch", json=batch, headers={**key, "Idempotency-Key": "b-1"}
+    )
+    again = await client.post(
+        "/api/v1/relay/batch", json=batch, headers={**key, "Idempotency-Key": "b-1"}
+    )
+    assert first.status_code == again.status_code == 202, first.text
+    assert again.headers["idempotent-replayed"] == "true"
+    assert again.json() == first.json()
+    assert [r["status"] for r in first.json()["results"]] == ["pending"] * 3
+    fast = _fast(client)
+    assert (fast.served, fast.passed) == (2, 0)
+    refusals = [
+        # reached the app: not well-formed
+        ({"content": b"{", "headers": {**key, "Content-Type": "application/json"}}, 400),
+        ({"json": {"transactions": [{"to": DEAD}, {"to": "0x12"}]}, "headers": key}, 422),
+        ({"json": {"transactions": []}, "headers": key}, 422),
+        ({"json": {"transactions": [{"to": DEAD}], "x": 1}, "headers": key}, 422),
+        # served here, refused by the route's own checks
+        ({"json": batch, "headers": {}}, 401),
+        ({"json": batch, "headers": {**key, "Idempotency-Key": "bad key"}}, 400),
+        (
+            {
+                "json": {"transactions": [{"to": DEAD}, {"to": DEAD, "gasLimit": "5"}]},
+                "headers": key,
+            },
+            400,
+        ),
+    ]
+    for request, status in refusals:
+        response = await client.post("/api/v1/relay/batch", **request)
+        assert response.status_code == status, (request, response.text)
+        assert set(response.json()) >= {"error", "detail"}
+    named = await client.post(
+        "/api/v1/relay/batch",
+        json={"transactions": [{"to": DEAD}, {"to": DEAD, "gasLimit": "5"}]},
+        headers=key,
+    )
+    assert named.json()["detail"].startswith("transactions.1.gasLimit"), named.text
+    assert (fast.served, fast.passed) == (6, 4)
