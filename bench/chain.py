@@ -8,8 +8,9 @@ statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS 
 ``make bench``; with ``--relayers 1,4`` the same measure once per pool size (the stub serving
 that many relayers, each its own anvil account and serial sender, and Relay spreading over
 them), in one run, with the rates' ratio. Transactions are submitted as fast as 32
-concurrent clients can; the clock runs from the first 202 to the last ``confirmed`` row.
-Direct ones are 1-wei transfers to one payee (its balance must end at the count); gasless
+concurrent clients can; the clock runs from the first 202 to the last ``confirmed`` row, and
+the processes' CPU is read once every confirmed row's cost is recorded (the consumer's receipt
+pass, the last of Relay's work for a transaction). Direct ones are 1-wei transfers to one payee (its balance must end at the count); gasless
 ones are ``RelayRecipient.record`` calls from distinct signers (each signer's first nonce),
 executed through the forwarder. ``--rpc-latency-ms`` has the stub wait that long before each
 of its calls to the node, as a hosted node's round trip would: on loopback a relayer's serial
@@ -48,11 +49,13 @@ WEBHOOK_KEY = "bench-chain-webhook-signing-key-0123456789"
 GAS = 200_000
 
 
-def _counts(database_url: str) -> dict[str, int]:
+def _counts(database_url: str, where: str = "TRUE") -> dict[str, int]:
     engine = create_engine(infra.sync_url(database_url))
     try:
         with engine.connect() as conn:
-            rows = conn.execute(text("SELECT status, COUNT(*) FROM transactions GROUP BY 1"))
+            rows = conn.execute(
+                text(f"SELECT status, COUNT(*) FROM transactions WHERE {where} GROUP BY 1")  # noqa: S608 (our own conditions)
+            )
             return {str(status): int(n) for status, n in rows}
     finally:
         engine.dispose()
@@ -159,6 +162,12 @@ async def measure(
                 check(not counts.get("failed"), f"failures: {counts}: {_errors(database_url)}")
                 await asyncio.sleep(0.25)
             elapsed = time.monotonic() - started
+            # Relay's work for a transaction ends when the consumer has read what it cost
+            # from its receipt (a pass every tracker interval): the CPU is read after that.
+            while _counts(database_url, "fee_wei IS NULL").get("confirmed", 0):
+                check(time.monotonic() < deadline, "costs not all recorded in 600 s")
+                await asyncio.sleep(0.25)
+            costs_recorded_s = time.monotonic() - started
             after = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
             latencies = _latencies(database_url)
             rpc = evm.EvmRpc(chain.rpc_url)
@@ -184,6 +193,7 @@ async def measure(
                 "blocks": blocks,
                 "accept_s": round(accepted_s, 2),
                 "first_202_to_last_confirmed_s": round(elapsed, 2),
+                "first_202_to_last_cost_recorded_s": round(costs_recorded_s, 2),
                 "confirmed_per_s": round(transactions / elapsed, 1),
                 "latency_accept_to_confirmed_s": {
                     "p50": round(_percentile(latencies, 50), 3),
