@@ -7,15 +7,16 @@ The API, one consumer and the relayer-stub in chain mode (signing and broadcasti
 statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
 ``make bench``; with ``--relayers 1,4`` the same measure once per pool size (the stub serving
 that many relayers, each its own anvil account and serial sender, and Relay spreading over
-them), in one run, with the rates' ratio. Transactions are submitted as fast as 32
-concurrent clients can; the clock runs from the first 202 to the last ``confirmed`` row, and
-the processes' CPU is read once every confirmed row's cost is recorded (the consumer's receipt
-pass, the last of Relay's work for a transaction). Direct ones are 1-wei transfers to one payee (its balance must end at the count); gasless
-ones are ``RelayRecipient.record`` calls from distinct signers (each signer's first nonce),
-executed through the forwarder. ``--rpc-latency-ms`` has the stub wait that long before each
-of its calls to the node, as a hosted node's round trip would: on loopback a relayer's serial
-sender never waits, so one relayer is limited only by the machine's CPU, and a pool cannot
-show its gain. Writes ``bench/results/chain-<kind>-<UTC time>.json``.
+them), in one run, with the rates' ratio. Transactions are submitted as fast as 32 concurrent
+clients can; the clock runs from the first 202 to the last ``confirmed`` row, and the
+processes' CPU is read once every confirmed row's cost is recorded (the consumer's receipt
+pass, the last of Relay's work for a transaction). Direct ones are 1-wei transfers to one payee
+(its balance must end at the count); gasless ones are ``RelayRecipient.record`` calls from
+distinct signers (each signer's first nonce), executed through the forwarder.
+``--rpc-latency-ms`` has the stub wait that long before each of its calls to the node, as a
+hosted node's round trip would: on loopback a relayer's serial sender never waits, so one
+relayer is limited only by the machine's CPU, and a pool cannot show its gain.
+Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
 from __future__ import annotations
