@@ -179,6 +179,15 @@ endif
 .PHONY: bench-pipeline
 bench-pipeline: install pipeline-deps ## pipeline report over 1 M and 10 M seeded rows, local[2] → services/pipeline/bench/results/
 	$(UV) run --locked python services/pipeline/bench/report_bench.py --results services/pipeline/bench/results
+
+# A Spark standalone master and two workers (1 core, 1 GiB each) on 127.0.0.1 from the installed
+# pyspark; the report runs on them (DATABASE_URL, else a seeded demo SQLite database), then all
+# stop. Logs: .relay/pipeline-cluster/logs. SINCE (default -7d) and OUT choose the window and
+# the output directory.
+.PHONY: pipeline-cluster
+pipeline-cluster: install pipeline-deps ## the pipeline report on a local Spark standalone cluster (master + 2 workers on 127.0.0.1), then stop it
+	$(UV) run --locked python -m relay_pipeline.localcluster \
+	  $(if $(DATABASE_URL),--database-url='$(DATABASE_URL)') $(if $(SINCE),--since='$(SINCE)') $(if $(OUT),--out='$(OUT)')
 # --- end pipeline ---
 
 # --- bench ---

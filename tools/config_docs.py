@@ -16,6 +16,7 @@ from pydantic_settings import BaseSettings
 from queue_consumer.settings import ConsumerSettings
 from relay_api.devserver import DevSettings
 from relay_api.settings import ApiSettings
+from relay_pipeline.settings import PipelineSettings
 from relayer_stub.settings import StubSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -26,7 +27,13 @@ SERVICES: list[tuple[str, type[BaseSettings]]] = [
     ("queue-consumer", ConsumerSettings),
     ("relayer-stub (development executor)", StubSettings),
     ("`make run` / `relay dev` (local development only)", DevSettings),
+    ("relay-pipeline (batch job; docs/pipeline.md)", PipelineSettings),
 ]
+# Settings classes that inherit the shared infrastructure settings but read only a few of them:
+# their own fields and these are listed, not the queue, cache and executor settings they ignore.
+ONLY_USED: dict[type[BaseSettings], tuple[str, ...]] = {
+    PipelineSettings: ("database_url", "queue_visibility_timeout_s"),
+}
 
 HEADER = """# Configuration
 
@@ -74,7 +81,11 @@ def render() -> str:
     for title, settings_cls in SERVICES:
         prefix = str(settings_cls.model_config.get("env_prefix", ""))
         lines += [f"\n## {title}\n", "| variable | default | meaning |", "|---|---|---|"]
+        inherited = ONLY_USED.get(settings_cls)
+        listed = None if inherited is None else {*inherited, *settings_cls.__annotations__}
         for name, field in settings_cls.model_fields.items():
+            if listed is not None and name not in listed:
+                continue
             names = " / ".join(f"`{env}`" for env in _env_names(name, field, prefix))
             description = (field.description or "").replace("|", "\\|")
             lines.append(f"| {names} | {_default(field)} | {description} |")

@@ -23,6 +23,7 @@ from relay_pipeline.settings import PipelineSettings
 
 SERVER = make_url(os.environ.get("TEST_DATABASE_URL", "mysql://root@127.0.0.1:3306"))
 T0 = datetime(2026, 3, 2, 10, 0, 0)
+COST_COLUMNS = ("relayer", "block_number", "gas_used", "effective_gas_price", "fee_wei")
 
 
 def _server() -> pymysql.connections.Connection:
@@ -151,7 +152,11 @@ class HistoryBuilder:
         enqueued: bool = True,
         with_events: bool = True,
         updated_at: datetime | None = None,
+        value: str = "0",
+        cost: dict[str, Any] | None = None,
     ) -> str:
+        """``cost``: the receipt's columns (relayer, block_number, gas_used,
+        effective_gas_price, fee_wei); every row has all of them, NULL unless given."""
         tx_id = str(uuid.uuid4())
         at = created
         state = "pending"
@@ -167,7 +172,7 @@ class HistoryBuilder:
             if to == "processing":
                 stamps["last_claim"] = at
             state = to
-        request: dict[str, Any] = {"to": "0x" + "11" * 20, "data": "0x", "value": "0"}
+        request: dict[str, Any] = {"to": "0x" + "11" * 20, "data": "0x", "value": value}
         if type == "gasless":
             request = {"request": {"from": "0x" + "22" * 20, "nonce": "1"}, "signature": "0x00"}
         elif speed is not None:
@@ -192,6 +197,8 @@ class HistoryBuilder:
                 "updated_at": updated_at or at,
                 "submitted_at": stamps.get("submitted"),
                 "confirmed_at": stamps.get("confirmed"),
+                **dict.fromkeys(COST_COLUMNS),
+                **(cost or {}),
             }
         )
         if with_events:

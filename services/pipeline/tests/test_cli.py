@@ -7,7 +7,7 @@ import sqlite3
 
 import pytest
 
-from relay_pipeline.cli import EXIT_ANOMALIES, main
+from relay_pipeline.cli import EXIT_ANOMALIES, _attach_relative_times, build_parser, main
 
 END = "2026-03-01T00:00:00"
 
@@ -86,3 +86,12 @@ def test_a_missing_jdbc_driver_or_jvm_is_named_with_the_command_that_installs_it
     said = capsys.readouterr().err
     assert "no Java runtime" in said
     assert "make pipeline-deps" in said
+
+
+def test_a_relative_time_may_follow_its_option_as_the_next_argument():
+    """`--since -7d`, as the docs write it, not only `--since=-7d` (argparse alone takes -7d
+    for an option and stops with "expected one argument")."""
+    args = build_parser().parse_args(
+        _attach_relative_times(["report", "--since", "-7d", "--until", "-1h", "--out", "out"])
+    )
+    assert (args.since, args.until, args.out) == ("-7d", "-1h", "out")

@@ -27,3 +27,12 @@ def test_quiet_progress_prints_nothing():
     with progress, progress.step("reading"):
         progress.note("hidden")
     assert stream.getvalue() == ""
+
+
+def test_status_updates_on_a_log_stream_are_printed_at_most_every_interval():
+    """(The reconciliation's running count: a line at once, then one per 10 s off a terminal.)"""
+    stream = io.StringIO()
+    with Progress(None, total_steps=1, stream=stream) as progress:
+        for done in (100, 200, 300):
+            progress.update(f"checked {done}")
+    assert stream.getvalue().splitlines() == ["checked 100"]

@@ -4,6 +4,7 @@ relay-pipeline report    --since T --until T --out DIR [--archive PATH]   SLA re
 relay-pipeline anomalies [--since T --until T] [--out DIR]                 anomaly scan alone
 relay-pipeline archive   --older-than 30d --out PATH                        DB → Parquet, verified
 relay-pipeline seed      --rows N [--days D]                                synthetic history
+relay-pipeline reconcile --rpc-url URL [--since T --until T] [--sample N]   rows vs receipts
 
 Every command takes --database-url (a SQLAlchemy URL; default: DATABASE_URL), --master and
 --conf KEY=VALUE (Spark), and runs on local[*] unless told otherwise.
@@ -13,13 +14,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
 from relay_pipeline.database import Database, database_from_url
+from relay_pipeline.reconcile import command as reconcile_command
 from relay_pipeline.settings import PipelineSettings
 
 EXIT_MISMATCH = 3
@@ -127,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     seed.add_argument("--database-url", help="SQLAlchemy URL; default: DATABASE_URL")
     seed.add_argument("--quiet", action="store_true")
+    reconcile_command.add_parser(sub)
     return parser
 
 
@@ -142,7 +144,6 @@ def _settings(args: argparse.Namespace) -> PipelineSettings:
 
 
 def _spark(settings: PipelineSettings, args: argparse.Namespace, db: Database | None) -> Any:
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from relay_pipeline.spark import build_session, check_dependencies
 
     check_dependencies(settings, db.driver if db is not None else None)
@@ -158,6 +159,8 @@ def _thresholds(settings: PipelineSettings) -> Any:
         settings.queue_visibility_timeout_s,
         settings.processing_grace_s,
         settings.stale_inflight_min,
+        fee_spike_factor=settings.fee_spike_factor,
+        fee_spike_min_hours=settings.fee_spike_min_hours,
     )
 
 
@@ -211,7 +214,12 @@ def _inputs(db: Database | None, args: argparse.Namespace) -> str:
 
 
 def _cmd_anomalies(args: argparse.Namespace) -> int:
-    from relay_pipeline.anomalies.job import find_anomalies, write_anomalies, write_anomaly_json
+    from relay_pipeline.anomalies.job import (
+        find_anomalies,
+        subject,
+        write_anomalies,
+        write_anomaly_json,
+    )
     from relay_pipeline.history.lifecycle import lifecycles
     from relay_pipeline.history.repository import JdbcReader
     from relay_pipeline.history.window import Window, parse_instant, utcnow
@@ -261,7 +269,7 @@ def _cmd_anomalies(args: argparse.Namespace) -> int:
     _out(f"{'kind':17} {'transaction':36} {'status':10} {'age min':>9}  detail")
     for item in rows:
         _out(
-            f"{item['kind']:17} {item['transaction_id']:36} {item['status']:10} "
+            f"{item['kind']:17} {subject(item):36} {item['status'] or '-':10} "
             f"{item['age_minutes']:>9.1f}  {item['detail']}"
         )
     total = sum(counts.values())
@@ -333,11 +341,28 @@ COMMANDS = {
     "anomalies": _cmd_anomalies,
     "archive": _cmd_archive,
     "seed": _cmd_seed,
+    "reconcile": reconcile_command.run,
 }
 
 
+# Options whose value may be a relative time such as -7d, which argparse would otherwise take
+# for an option of its own ("expected one argument").
+RELATIVE_TIME_OPTIONS = ("--since", "--until", "--now")
+
+
+def _attach_relative_times(argv: Sequence[str]) -> list[str]:
+    """``--since -7d`` → ``--since=-7d``."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] in RELATIVE_TIME_OPTIONS and arg.startswith("-") and arg[1:2].isdigit():
+            out[-1] = f"{out[-1]}={arg}"
+        else:
+            out.append(arg)
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_attach_relative_times(sys.argv[1:] if argv is None else argv))
     try:
         return COMMANDS[args.command](args)
     except ValueError as exc:

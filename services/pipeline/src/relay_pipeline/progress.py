@@ -36,6 +36,7 @@ class Progress:
         self._index = 0
         self._step = ""
         self._started = time.monotonic()
+        self._last_update = float("-inf")
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -73,6 +74,23 @@ class Progress:
         with self._lock:
             self._clear()
             self._stream.write(line + "\n")
+            self._stream.flush()
+
+    def update(self, status: str) -> None:
+        """A status line of work outside Spark (the reconciliation's count of checked
+        transactions), replaced by the next: redrawn in place on a terminal, otherwise printed
+        at most every ``interval`` seconds."""
+        if not self._enabled:
+            return
+        now = time.monotonic()
+        with self._lock:
+            if self._tty:
+                self._stream.write("\r\033[K" + status[:160])
+            elif now - self._last_update >= self._interval:
+                self._stream.write(status + "\n")
+                self._last_update = now
+            else:
+                return
             self._stream.flush()
 
     def _clear(self) -> None:

@@ -40,6 +40,15 @@ class PipelineSettings(InfraSettings):
     processing_grace_s: float = Field(
         30.0, ge=0, description="added to the queue visibility timeout before a claim is stuck"
     )
+    fee_spike_factor: float = Field(
+        5.0,
+        gt=1,
+        description="a client whose fees in an hour exceed this many times its median hour "
+        "(over the report's hours in which it paid fees) is an anomaly (fee_spike)",
+    )
+    fee_spike_min_hours: int = Field(
+        12, ge=1, description="hours with fees a client needs in the window to be judged for spikes"
+    )
     anomaly_limit: int = Field(1000, ge=1, description="anomalies listed in summary.json")
 
     # Archive.

@@ -64,6 +64,21 @@ def check_dependencies(settings: PipelineSettings, driver: str | None) -> None:
         )
 
 
+LOOPBACK = "127.0.0.1"
+_LOOPBACK_HOSTS = {"127.0.0.1", "localhost", "[::1]", "::1"}
+
+
+def on_loopback(master: str) -> bool:
+    """``local[…]``, or a standalone master on this machine's loopback (``spark://127.0.0.1:P``,
+    as ``make pipeline-cluster`` starts)."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    hosts = [part.rsplit(":", 1)[0] for part in master[len("spark://") :].split(",")]
+    return all(host in _LOOPBACK_HOSTS for host in hosts)
+
+
 def launched_by_spark_submit() -> bool:
     """True when spark-submit started this Python process (it then owns master and jars)."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -84,16 +99,21 @@ def build_session(
     """
     builder = SparkSession.builder.appName(app_name)
     chosen = master or settings.spark_master
-    local = chosen.startswith("local")
     if not launched_by_spark_submit():
         builder = builder.master(chosen)
+        # On a cluster the driver serves these to every executor (they need not be installed
+        # there), as spark-submit's --jars would.
         jars = [*driver_jars(settings), *extra_jars]
         if jars:
             builder = builder.config("spark.jars", ",".join(jars))
-        if local:
-            # Embedded mode talks to itself only: keep every socket on loopback.
-            builder = builder.config("spark.driver.host", "127.0.0.1").config(
-                "spark.driver.bindAddress", "127.0.0.1"
+        if on_loopback(chosen):
+            # Embedded mode, or a cluster on this machine's loopback: keep every socket there.
+            # For any other master the driver must be reachable from the executors, so its
+            # address is left to Spark (SPARK_LOCAL_IP / spark.driver.host when it guesses
+            # wrong).
+            os.environ.setdefault("SPARK_LOCAL_IP", LOOPBACK)
+            builder = builder.config("spark.driver.host", LOOPBACK).config(
+                "spark.driver.bindAddress", LOOPBACK
             )
     defaults = {
         "spark.sql.session.timeZone": "UTC",

@@ -61,6 +61,21 @@ class Storage:
             out.append(full[len(root) :] if full.startswith(root) else full)
         return sorted(out)
 
+    def file_statuses(self, path: str) -> list[tuple[str, int, int]]:
+        """Every file below ``path`` as (path relative to it, length, modification time in ms):
+        what a cache keyed by its inputs compares."""
+        out: list[tuple[str, int, int]] = []
+        if not self.exists(path):
+            return out
+        iterator = self._fs(path).listFiles(self._path(path), True)
+        root = self.qualify(path).rstrip("/") + "/"
+        while iterator.hasNext():
+            status = iterator.next()
+            full = str(status.getPath().toString())
+            relative = full[len(root) :] if full.startswith(root) else full
+            out.append((relative, int(status.getLen()), int(status.getModificationTime())))
+        return sorted(out)
+
     def rename(self, source: str, target: str) -> bool:
         fs = self._fs(target)
         fs.mkdirs(self._path(target).getParent())

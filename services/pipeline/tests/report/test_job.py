@@ -197,11 +197,11 @@ def test_summary_totals_and_overall_latency(summary):
     assert [p["accepted"] for p in summary["throughput_per_hour"]] == [10, 1]
 
 
-def test_report_html_is_self_contained_with_four_charts(report_dir):
+def test_report_html_is_self_contained_with_five_charts(report_dir):
     html = (report_dir / "report.html").read_text()
-    for chart in ("throughput", "latency", "failures", "attempts"):
+    for chart in ("throughput", "latency", "failures", "attempts", "fees"):
         assert f'id="chart-{chart}"' in html
-    assert html.count("<svg") == 4
+    assert html.count("<svg") == 5
     assert "<script" not in html
     # Nothing is fetched: no external src/href/url() (XML namespace names are not fetches).
     assert (

@@ -11,6 +11,7 @@ import pytest
 from relay_pipeline.seed.generator import (
     DAY_US,
     EVENT_COLUMNS,
+    RELAYERS,
     TX_COLUMNS,
     US,
     SeedPlan,
@@ -88,6 +89,46 @@ def test_history_is_mostly_finished_with_realistic_shares(generated):
     assert 0.03 < shares["failed"] / len(rows) < 0.08
     assert sum(shares[s] for s in TERMINAL) / len(rows) > 0.99
     assert all(row["inflight_key"] == "\\N" for row in rows if row["status"] in TERMINAL)
+
+
+def test_what_reached_a_block_carries_its_receipts_cost(generated):
+    rows, events = generated
+    nul = "\\N"
+    blocks_by_time = []
+    prices = defaultdict(list)
+    for row in rows:
+        trail = events.get(row["id"], [])
+        # Mined, or reverted in a block (the tracker saw the receipt fail).
+        in_block = next(
+            (
+                e["created_at"]
+                for e in trail
+                if e["to_status"] == "mined"
+                or (e["to_status"] == "failed" and e["source"] == "tracker")
+            ),
+            None,
+        )
+        assert (row["relayer"] != nul) == (row["submit_started_at"] != nul), row["id"]
+        if row["fee_wei"] == nul:
+            assert row["gas_used"] == row["effective_gas_price"] == row["block_number"] == nul
+            # Only one mined in the last seconds of history has no recorded cost yet.
+            assert in_block is None or in_block > "2026-02-28 23:59", row["id"]
+            continue
+        assert in_block is not None, row["id"]
+        assert row["relayer"] in RELAYERS
+        gas, price = int(row["gas_used"]), int(row["effective_gas_price"])
+        assert int(row["fee_wei"]) == gas * price
+        assert 21_000 <= gas <= 200_000
+        assert row["fee_settled_at"] > in_block
+        blocks_by_time.append((in_block, int(row["block_number"])))
+        prices[json.loads(row["request"]).get("speed")].append(price)
+    assert len(blocks_by_time) > 0.9 * len(rows)
+    blocks = [block for _, block in sorted(blocks_by_time)]
+    assert blocks == sorted(blocks)  # block numbers grow with time
+    assert 24_000_000 < blocks[0] < blocks[-1] < 25_000_000  # mainnet's, in 2026
+    median = {speed: sorted(p)[len(p) // 2] for speed, p in prices.items()}
+    assert median["safeLow"] < median["average"] < median["fast"] < median["fastest"]
+    assert 1.8 < median["fastest"] / median["safeLow"] < 2.2  # fastest pays twice safeLow
 
 
 def test_same_seed_same_history():

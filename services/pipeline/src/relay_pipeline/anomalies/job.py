@@ -10,11 +10,15 @@ from typing import Any
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from relay_pipeline.anomalies.service import KINDS, Thresholds, scan
+from relay_pipeline.anomalies.service import KINDS, Thresholds, fee_spikes, scan
 from relay_pipeline.history.lifecycle import lifecycles
 from relay_pipeline.history.repository import JdbcReader
 from relay_pipeline.history.window import Window
+from relay_pipeline.report import costs
 from relay_pipeline.storage import Storage
+
+# Transactions by accept time; a fee spike (no transaction) by its hour and client.
+ORDER = ("kind", "created_at", "hour", "client_id", "transaction_id")
 
 
 @dataclass(frozen=True)
@@ -40,11 +44,26 @@ def find_anomalies(
     window: Window,
     now: datetime,
     thresholds: Thresholds,
+    client_hours: DataFrame | None = None,
 ) -> DataFrame:
+    """Every kind of anomaly. ``client_hours`` (``costs.client_hours``): the window's fees per
+    client and hour, when the caller has them already; else summed from the lifecycles."""
     candidates = window_lifecycles
     if jdbc is not None:
         candidates = candidates.unionByName(open_lifecycles_outside(jdbc, window))
-    return scan(candidates, now, thresholds)
+    if client_hours is None:
+        client_hours = costs.client_hours(costs.cost_cube(window_lifecycles))
+    return scan(candidates, now, thresholds).unionByName(fee_spikes(client_hours, now, thresholds))
+
+
+def subject(item: dict[str, Any]) -> str:
+    """What a finding is about: its transaction, or for a fee spike its client and hour."""
+    if item["transaction_id"] is not None:
+        return str(item["transaction_id"])
+    hour = item["hour"]
+    if isinstance(hour, str):  # as in summary.json
+        hour = datetime.fromisoformat(hour)
+    return f"client {item['client_id']}, hour {hour:%Y-%m-%d %H:00}"
 
 
 def write_anomalies(
@@ -54,9 +73,7 @@ def write_anomalies(
     target = f"{out_dir.rstrip('/')}/anomalies"
     # One sorted file. Sorting within a single partition, not orderBy: a global sort first
     # samples its input in a pass of its own, i.e. a second scan of every transaction.
-    anomalies.repartition(1).sortWithinPartitions(
-        "kind", "created_at", "transaction_id"
-    ).write.mode("overwrite").parquet(target)
+    anomalies.repartition(1).sortWithinPartitions(*ORDER).write.mode("overwrite").parquet(target)
     written = anomalies.sparkSession.read.parquet(target)
     counted = {
         row["kind"]: int(row["n"])
@@ -66,10 +83,12 @@ def write_anomalies(
     items = [
         {
             **row.asDict(),
-            "created_at": row["created_at"].isoformat() if row["created_at"] else None,
-            "updated_at": row["updated_at"].isoformat() if row["updated_at"] else None,
+            **{
+                name: row[name].isoformat() if row[name] else None
+                for name in ("created_at", "updated_at", "hour")
+            },
         }
-        for row in written.orderBy("kind", "created_at", "transaction_id").limit(limit).collect()
+        for row in written.orderBy(*ORDER).limit(limit).collect()
     ]
     return AnomalyResult(counts=counts, items=items)
 

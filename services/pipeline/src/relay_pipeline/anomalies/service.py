@@ -8,17 +8,22 @@
   the status tracker or the executor's webhooks have stopped.
 - ``trail_mismatch``: the event trail does not agree with the row (no events for a row past
   ``pending``, last event ending elsewhere than the row's status, a gap in the chain).
+- ``fee_spike``: a client paid more fees in one hour than ``fee_spike_factor`` times its usual
+  hour — a client, not a transaction: listed with its client and hour, no transaction id.
+
+Every finding has an ``hour``: the transaction's accept hour, or the hour of the fee spike.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from fractions import Fraction
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-KINDS = ("never_enqueued", "stuck_processing", "stale_inflight", "trail_mismatch")
+KINDS = ("never_enqueued", "stuck_processing", "stale_inflight", "trail_mismatch", "fee_spike")
 COLUMNS = (
     "kind",
     "transaction_id",
@@ -29,6 +34,7 @@ COLUMNS = (
     "updated_at",
     "age_minutes",
     "detail",
+    "hour",
 )
 
 
@@ -37,6 +43,10 @@ class Thresholds:
     enqueue_grace: timedelta
     processing_timeout: timedelta
     stale_inflight: timedelta
+    # An hour's fees above this many times the client's median hour are a spike, for a client
+    # that paid fees in at least ``fee_spike_min_hours`` hours of the window.
+    fee_spike_factor: float
+    fee_spike_min_hours: int
 
 
 def scan(lifecycles: DataFrame, now: datetime, thresholds: Thresholds) -> DataFrame:
@@ -127,6 +137,7 @@ def scan(lifecycles: DataFrame, now: datetime, thresholds: Thresholds) -> DataFr
             "status",
             "created_at",
             "updated_at",
+            "hour",
         )
         .select(
             "f.kind",
@@ -138,5 +149,57 @@ def scan(lifecycles: DataFrame, now: datetime, thresholds: Thresholds) -> DataFr
             "updated_at",
             "f.age_minutes",
             "f.detail",
+            "hour",
         )
+    )
+
+
+def fee_spikes(client_hours: DataFrame, now: datetime, thresholds: Thresholds) -> DataFrame:
+    """Hours in which a client paid more than ``fee_spike_factor`` × its usual hourly fees.
+
+    ``client_hours``: one row per client and hour in which it paid fees (``client_id``,
+    ``hour``, ``fee_wei``). A client's usual hour is the median of those hours (nearest rank:
+    the ⌈n/2⌉-th smallest), over the window and the spike hours included — a median that a few
+    spikes do not move. With fewer than ``fee_spike_min_hours`` such hours a client has no usual
+    yet and is not judged. The comparison is exact: ``fee × q > median × p`` for the factor
+    p/q in lowest terms; a product past 10^38 wei is NULL and judges nothing.
+    """
+    factor = Fraction(str(thresholds.fee_spike_factor))
+    paid = client_hours.where(F.col("fee_wei").isNotNull())
+    usual = (
+        paid.groupBy("client_id")
+        .agg(F.array_sort(F.collect_list("fee_wei")).alias("_fees"))
+        .select(
+            "client_id",
+            F.size("_fees").alias("_hours"),
+            F.element_at("_fees", ((F.size("_fees") + 1) / 2).cast("int")).alias("_usual"),
+        )
+        .where(F.col("_hours") >= thresholds.fee_spike_min_hours)
+    )
+    spikes = paid.join(usual, "client_id").where(
+        F.try_multiply(F.col("fee_wei"), F.lit(factor.denominator))
+        > F.try_multiply(F.col("_usual"), F.lit(factor.numerator))
+    )
+    fee, usual_fee = F.col("fee_wei").cast("double"), F.col("_usual").cast("double")
+    return spikes.select(
+        F.lit("fee_spike").alias("kind"),
+        F.lit(None).cast("string").alias("transaction_id"),
+        "client_id",
+        F.lit(None).cast("string").alias("type"),
+        F.lit(None).cast("string").alias("status"),
+        F.lit(None).cast("timestamp").alias("created_at"),
+        F.lit(None).cast("timestamp").alias("updated_at"),
+        F.round((F.unix_micros(F.lit(now)) - F.unix_micros(F.col("hour"))) / 60e6, 1).alias(
+            "age_minutes"
+        ),
+        F.format_string(
+            "fees %s ETH in the hour, %.1f× the client's median hour (%s ETH over %d hours "
+            "with fees; threshold %s×)",
+            F.format_number(fee / 1e18, 6),
+            F.try_divide(fee, usual_fee),
+            F.format_number(usual_fee / 1e18, 6),
+            F.col("_hours"),
+            F.lit(f"{thresholds.fee_spike_factor:g}"),
+        ).alias("detail"),
+        "hour",
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -226,13 +227,24 @@ def archive_lock(db: Database) -> Iterator[Any]:
     """Yield a DB-API connection that holds the archive lock for the whole run.
 
     On MySQL a named lock (``GET_LOCK``), released when the connection ends — so also when the
-    process is killed. SQLite is the single-user embedded mode and takes no lock.
+    process is killed. Lock names are server-wide, so the name carries the database's: runs on
+    two databases of one server do not exclude each other. SQLite is the single-user embedded
+    mode and takes no lock.
     """
+    name = lock_name(db)
     with dbapi_connection(db) as conn:
         if db.dialect == "mysql":
             cursor = conn.cursor()
-            cursor.execute("SELECT GET_LOCK(%s, 0)", (LOCK_NAME,))
+            cursor.execute("SELECT GET_LOCK(%s, 0)", (name,))
             (got,) = cursor.fetchone()
             if got != 1:
-                raise ArchiveLocked(f"another archive run holds the lock {LOCK_NAME!r}")
+                raise ArchiveLocked(f"another archive run holds the lock {name!r}")
         yield conn
+
+
+def lock_name(db: Database) -> str:
+    """``relay_pipeline.archive.<database>``; hashed when longer than MySQL's 64 characters."""
+    name = f"{LOCK_NAME}.{db.name}"
+    if len(name) > 64:
+        name = f"{LOCK_NAME}.{hashlib.sha256(db.name.encode()).hexdigest()[:32]}"
+    return name

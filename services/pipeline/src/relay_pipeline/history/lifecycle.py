@@ -3,16 +3,34 @@
 Creation is not an event: a transaction is accepted at ``created_at``. Each later status change
 is one event; a stage is reached at the first event into it, falling back to the row's own
 timestamp (``claimed_at``, ``submitted_at``, ``confirmed_at``) for a row whose trail lacks it.
+
+What a transaction cost comes from its receipt (``gas_used``, ``effective_gas_price``,
+``fee_wei``; the relayer that sent it) and, for a direct request, the ``value`` it moves. Wei
+amounts, decimal text in the database, become DECIMAL(38,0): exact up to 10^38 − 1 wei
+(10^20 ether; a wei amount on chain is far below). Text that is no whole number in that range is
+NULL, and the row says so in ``amount_unreadable`` rather than being summed as nothing.
 """
 
 from __future__ import annotations
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DecimalType
 
 TERMINAL = ("confirmed", "failed", "expired", "canceled")
 DEAD_LETTER_SOURCE = "consumer.dlq"
 NO_SPEED = "n/a"
+WEI = DecimalType(38, 0)
+# Added after the stage durations, so the columns before them keep their places.
+COST_COLUMNS = (
+    "relayer",
+    "block_number",
+    "gas_used",
+    "effective_gas_price",
+    "fee_wei",
+    "value_wei",
+    "amount_unreadable",
+)
 
 # (name, from column, to column) of each reported stage; durations are in milliseconds.
 STAGES = (
@@ -136,14 +154,43 @@ def lifecycles(transactions: DataFrame, events: DataFrame) -> DataFrame:
         "last_event_status",
         "first_event_from",
         F.coalesce(F.col("trail_broken"), F.lit(False)).alias("trail_broken"),
+        *_costs(),
     )
     stage_times = ("claim_time", "submitted_time", "mined_time", "confirmed_time")
     return out.select(
-        *(c for c in out.columns if c not in stage_times),
+        *(c for c in out.columns if c not in stage_times and c not in COST_COLUMNS),
         F.col("submitted_time").isNotNull().alias("reached_submitted"),
         # Only durations are kept: the frame is cached, and narrower is faster.
         *(_millis_between(F.col(start), F.col(end)).alias(name) for name, start, end in STAGES),
+        *COST_COLUMNS,
     )
+
+
+def _wei(text: str) -> Column:
+    return F.col(text).try_cast(WEI)
+
+
+def _unreadable(text: str) -> Column:
+    return F.col(text).isNotNull() & _wei(text).isNull()
+
+
+def _costs() -> list[Column]:
+    direct = F.col("type") == "direct"
+    # Only a confirmed direct transaction's value is ever summed: an unreadable value elsewhere
+    # (a request that failed for asking too much) takes nothing away from a figure.
+    return [
+        F.col("relayer"),
+        F.col("block_number"),
+        F.col("gas_used"),
+        _wei("effective_gas_price").alias("effective_gas_price"),
+        _wei("fee_wei").alias("fee_wei"),
+        F.when(direct, _wei("value_wei")).alias("value_wei"),
+        (
+            _unreadable("fee_wei")
+            | _unreadable("effective_gas_price")
+            | (direct & (F.col("status") == "confirmed") & _unreadable("value_wei"))
+        ).alias("amount_unreadable"),
+    ]
 
 
 def _millis_between(start: Column, end: Column) -> Column:

@@ -40,7 +40,15 @@ TX_FIELDS = (
     "claimed_at",
     "submitted_at",
     "confirmed_at",
+    # What it cost on chain and who sent it (migrations 0010, 0011); wei amounts are text.
+    "relayer",
+    "block_number",
+    "gas_used",
+    "effective_gas_price",
+    "fee_wei",
 )
+# The cost columns: an archive written before they existed lacks them (read there as NULL).
+COST_FIELDS = TX_FIELDS[-5:]
 TX_SCHEMA = StructType(
     [
         StructField("id", StringType()),
@@ -61,6 +69,13 @@ TX_SCHEMA = StructType(
                 "confirmed_at",
             )
         ),
+        StructField("relayer", StringType()),
+        StructField("block_number", LongType()),
+        StructField("gas_used", LongType()),
+        StructField("effective_gas_price", StringType()),
+        StructField("fee_wei", StringType()),
+        # A direct request's value (decimal wei text); gasless requests have none at the top.
+        StructField("value_wei", StringType()),
     ]
 )
 # What the report and the anomaly scan read from an event row. The event's ``reason`` is not
@@ -133,9 +148,17 @@ class JdbcReader:
             return "json_extract(t.request, '$.speed')"
         return "JSON_UNQUOTE(JSON_EXTRACT(t.request, '$.speed'))"
 
+    def _value_sql(self) -> str:
+        if self.db.dialect == "sqlite":
+            return "json_extract(t.request, '$.value')"
+        return "JSON_UNQUOTE(JSON_EXTRACT(t.request, '$.value'))"
+
     def _tx_select(self) -> str:
         columns = ", ".join(f"t.{name}" for name in TX_FIELDS)
-        return f"SELECT {columns}, {self._speed_sql()} AS speed FROM transactions t"
+        return (
+            f"SELECT {columns}, {self._speed_sql()} AS speed, {self._value_sql()} AS value_wei "
+            "FROM transactions t"
+        )
 
     def _key_bounds(self, sql: str, params: tuple[str, ...]) -> tuple[object, object]:
         """Planning query: a pair of key values, answered from an index."""
@@ -253,6 +276,10 @@ class ArchiveReader:
             & (F.col("created_at") < F.lit(window.until))
         )
         df = df.withColumn("speed", F.get_json_object("request", "$.speed"))
+        df = df.withColumn("value_wei", F.get_json_object("request", "$.value"))
+        for name in COST_FIELDS:
+            if name not in df.columns:
+                df = df.withColumn(name, F.lit(None))
         return conform(df, TX_SCHEMA)
 
     def events(self, window: Window) -> DataFrame | None:
@@ -278,46 +305,3 @@ def _cast(column: F.Column, data_type: object) -> F.Column:
         # SQLite hands DATETIME back as text; the cast parses it (fraction included).
         return column.cast(TimestampType())
     return column.cast(data_type)  # type: ignore[arg-type]
-
-
-@dataclass(frozen=True)
-class History:
-    """Transactions and their events for a window: the database, plus the archive if given."""
-
-    transactions: DataFrame
-    events: DataFrame
-
-
-def read_history(jdbc: JdbcReader | None, archive: ArchiveReader | None, window: Window) -> History:
-    tx_parts: list[DataFrame] = []
-    ev_parts: list[DataFrame] = []
-    if jdbc is not None:
-        tx_parts.append(jdbc.transactions(window))
-        ev_parts.append(jdbc.events(window))
-    if archive is not None:
-        archived_tx = archive.transactions(window)
-        archived_ev = archive.events(window)
-        if archived_tx is not None:
-            tx_parts.append(archived_tx)
-        if archived_ev is not None:
-            ev_parts.append(archived_ev)
-    if not tx_parts:
-        raise ValueError("no input: give a database, an archive, or both")
-    spark = (jdbc or archive).spark  # type: ignore[union-attr]
-    transactions = _union(tx_parts, spark, TX_SCHEMA)
-    events = _union(ev_parts, spark, EVENT_SCHEMA)
-    if jdbc is not None and archive is not None:
-        # A row archived but not yet deleted (an archive run stopped between its write and its
-        # delete) is in both places: count it once.
-        transactions = transactions.dropDuplicates(["id"])
-        events = events.dropDuplicates(["id"])
-    return History(transactions=transactions, events=events)
-
-
-def _union(parts: list[DataFrame], spark: SparkSession, schema: StructType) -> DataFrame:
-    if not parts:
-        return spark.createDataFrame([], schema)
-    out = parts[0]
-    for part in parts[1:]:
-        out = out.unionByName(part)
-    return out

@@ -111,3 +111,45 @@ def attempts_chart(histogram: dict[str, int]) -> str:
     ax.set_ylabel("transactions (log)")
     ax.set_title("Attempts per transaction")
     return _svg(fig)
+
+
+SPEED_COLORS = {
+    "safeLow": "#72b7b2",
+    "average": "#4c78a8",
+    "fast": "#f58518",
+    "fastest": "#e45756",
+    "n/a": "#b279a2",
+}
+
+
+def fee_chart(points: list[dict[str, Any]]) -> str:
+    """Fees per hour stacked by speed, in ether (exact wei are in the tables)."""
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    if not points:
+        ax.set_axis_off()
+        return _empty(fig, "no fees paid in the window")
+    hours = sorted({p["hour"] for p in points})
+    index = {hour: k for k, hour in enumerate(hours)}
+    speeds = [s for s in SPEED_COLORS if any(p["speed"] == s for p in points)]
+    speeds += sorted({p["speed"] for p in points} - set(speeds))
+    series = {speed: [0.0] * len(hours) for speed in speeds}
+    for p in points:
+        # Display only: a float is exact enough to draw; the tables hold the wei.
+        series[p["speed"]][index[p["hour"]]] = int(p["fee_wei"] or 0) / 1e18
+    x = mdates.date2num([datetime.fromisoformat(h) for h in hours])
+    ax.stackplot(
+        x,
+        *(series[s] for s in speeds),
+        labels=speeds,
+        colors=[SPEED_COLORS.get(s, "#999999") for s in speeds],
+        step="post",
+        alpha=0.9,
+    )
+    ax.set_ylabel("ETH / hour")
+    ax.set_title("Fees paid by accept hour (UTC), by speed")
+    ax.legend(loc="upper left", ncols=len(speeds), frameon=False)
+    locator = mdates.AutoDateLocator()
+    ax.xaxis.set_major_locator(locator)
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(locator))
+    ax.grid(axis="y", alpha=0.3)
+    return _svg(fig)

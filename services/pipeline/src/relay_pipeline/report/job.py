@@ -13,14 +13,14 @@ from pyspark.sql import DataFrame, SparkSession
 
 from relay_pipeline.anomalies.job import find_anomalies, write_anomalies
 from relay_pipeline.anomalies.service import Thresholds
-from relay_pipeline.history.lifecycle import lifecycles
-from relay_pipeline.history.repository import ArchiveReader, JdbcReader, read_history
+from relay_pipeline.history.combined import window_lifecycles
+from relay_pipeline.history.repository import ArchiveReader, JdbcReader
 from relay_pipeline.history.window import Window, utcnow
 from relay_pipeline.progress import Progress
-from relay_pipeline.report import page, service
+from relay_pipeline.report import costs, page, service
 from relay_pipeline.storage import Storage
 
-STEPS = 6
+STEPS = 7
 
 
 @dataclass(frozen=True)
@@ -64,16 +64,19 @@ def run_report(
     out = request.out_dir.rstrip("/")
     storage = Storage(spark)
     storage.mkdirs(out)
-    history = read_history(jdbc, archive, request.window)
 
     with progress.step("reading history and event trails"):
-        per_tx = lifecycles(history.transactions, history.events).persist(
-            StorageLevel.MEMORY_AND_DISK
-        )
+        # The database's part is cached in memory; archived dates are read from the lifecycles
+        # derived beside the archive (Parquet), by each step, the columns it uses only.
+        inputs = window_lifecycles(jdbc, archive, request.window, progress.note)
+        per_tx = inputs.rows
         transactions = per_tx.count()
     try:
         with progress.step(f"aggregating {transactions:,} transactions per hour"):
-            hourly = _write(service.hourly(per_tx), f"{out}/hourly")
+            # Groups of whole archived dates come from tables derived beside the archive.
+            hourly = _write(
+                inputs.grouped("hourly", service.hourly, service.GROUP), f"{out}/hourly"
+            )
         with progress.step("attempts and failure reasons"):
             # One pass over the transactions for both tables: both are sums of this small one.
             outcomes = service.outcome_counts(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
@@ -84,9 +87,26 @@ def run_report(
                 outcomes.unpersist()
         with progress.step("stage latency percentiles"):
             stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
+        with progress.step("fees, value moved and relayer spend"):
+            # One pass over the transactions for the three tables: all are sums of this cube.
+            cube = costs.cost_cube(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                fees = _write(costs.fees_hourly(cube), f"{out}/fees_hourly")
+                client_costs = _write(costs.client_costs(cube), f"{out}/client_costs")
+                spend = _write(costs.relayer_spend(cube), f"{out}/relayer_spend")
+            finally:
+                cube.unpersist()
         with progress.step("anomaly scan"):
+            found = find_anomalies(
+                per_tx,
+                jdbc,
+                request.window,
+                request.now,
+                request.thresholds,
+                client_hours=costs.client_hours(fees),
+            )
             anomalies = write_anomalies(
-                find_anomalies(per_tx, jdbc, request.window, request.now, request.thresholds),
+                found,
                 storage,
                 out,
                 request.anomaly_limit,
@@ -106,6 +126,12 @@ def run_report(
                 "attempts_histogram": service.attempts_overall(attempts),
                 "throughput_per_hour": service.throughput(hourly),
                 "by_client": service.by_client(hourly),
+                "costs": {
+                    "totals": costs.totals(client_costs),
+                    "by_client": costs.by_client(client_costs),
+                    "relayer_spend": costs.spend_per_day(spend),
+                    "fees_per_hour": costs.fees_per_hour(fees),
+                },
                 "anomalies": anomalies.as_dict(),
                 "tables": {
                     name: f"{name}/"
@@ -114,6 +140,9 @@ def run_report(
                         "attempts",
                         "failure_reasons",
                         "stage_latency",
+                        "fees_hourly",
+                        "client_costs",
+                        "relayer_spend",
                         "anomalies",
                     )
                 },
@@ -122,7 +151,7 @@ def run_report(
             storage.write_text(f"{out}/summary.json", json.dumps(summary, indent=2, default=str))
             storage.write_text(f"{out}/report.html", page.render(summary))
     finally:
-        per_tx.unpersist()
+        inputs.release()
     return summary
 
 
@@ -131,6 +160,8 @@ def default_thresholds(
     visibility_timeout_s: float,
     processing_grace_s: float,
     stale_inflight_min: float,
+    fee_spike_factor: float = 5.0,
+    fee_spike_min_hours: int = 12,
 ) -> Thresholds:
     from datetime import timedelta
 
@@ -138,4 +169,6 @@ def default_thresholds(
         enqueue_grace=timedelta(minutes=enqueue_grace_min),
         processing_timeout=timedelta(seconds=visibility_timeout_s + processing_grace_s),
         stale_inflight=timedelta(minutes=stale_inflight_min),
+        fee_spike_factor=fee_spike_factor,
+        fee_spike_min_hours=fee_spike_min_hours,
     )

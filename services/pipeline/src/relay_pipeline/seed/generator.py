@@ -43,6 +43,12 @@ TX_COLUMNS = (
     "updated_at",
     "submitted_at",
     "confirmed_at",
+    "relayer",
+    "block_number",
+    "gas_used",
+    "effective_gas_price",
+    "fee_wei",
+    "fee_settled_at",
 )
 EVENT_COLUMNS = ("transaction_id", "from_status", "to_status", "source", "reason", "created_at")
 
@@ -62,6 +68,17 @@ TRANSIENT_REASONS = (
     ("executor 429: rate limited", 1),
 )
 REVERT_REASON = "reverted on chain: execution reverted"
+
+# What a transaction on chain cost. Blocks every 12 s since the Merge (mainnet's numbers).
+MERGE_BLOCK, MERGE_S, BLOCK_S = 15_537_394, 1_663_224_179, 12
+RELAYERS = ("relayer-1", "relayer-2", "relayer-3")
+# Price per gas: a base fee that swings ±40 % over the day (busiest at 15:00 UTC), times what the
+# requested speed pays over it (fastest twice safeLow; gasless: the forwarder's, average).
+BASE_FEE_WEI = 20 * 10**9
+PRICE_FACTOR = {"safeLow": 1.0, "average": 1.25, "fast": 1.5, "fastest": 2.0, None: 1.25}
+# A client's fee spike: in an hour of its chosen by the anomaly rate, it pays 10× the price.
+SPIKE_PRICE = 10.0
+SPIKE_MODULUS = 10_007
 
 
 @dataclass(frozen=True)
@@ -134,11 +151,16 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
     lognorm = rng.lognormvariate
     rand = rng.random
     getbits = rng.getrandbits
+    # About 4 × anomaly_rate of each client's hours are spike hours (none without anomalies).
+    spike_below = int(plan.anomaly_rate * 4 * SPIKE_MODULUS)
+    day_phase = 2 * math.pi / (24 * 3600 * US)
+    sin = math.sin
 
     for i in range(first, first + count):
         created = plan.start_us + int((i + rand()) * step)
         tx_id = uuid7(created // 1000, rng)
-        client = clients[_pick(client_cum, rand())]
+        client_index = _pick(client_cum, rand())
+        client = clients[client_index]
         gasless = rand() < 0.2
         speed = None if gasless else speed_names[_pick(speed_cum, rand())]
         to = targets[i & 63]
@@ -163,7 +185,7 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
         events: list[tuple[int, str, str, str, str | None]] = []
         handed_over = created + 2_000 + int(rand() * 40_000)
         enqueued: int | None = handed_over
-        claimed_at = submit_started = submitted = confirmed = None
+        claimed_at = submit_started = submitted = confirmed = mined_at = None
         error: str | None = None
         attempts = 0
         u = rand()
@@ -213,6 +235,7 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
                         if 0.97 <= u < 0.985:
                             error = REVERT_REASON
                             events.append((t_mined, "submitted", "failed", "tracker", error))
+                            mined_at = t_mined  # reverted in a block: it paid for its gas
                         elif 0.985 <= u < 0.99:
                             error = "executor: transaction expired"
                             events.append((t_mined, "submitted", "expired", "webhook", error))
@@ -220,6 +243,7 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
                             events.append((t_mined, "submitted", "canceled", "webhook", "canceled"))
                         else:
                             events.append((t_mined, "submitted", "mined", "webhook", None))
+                            mined_at = t_mined
                             t_conf = t_mined + int(CONFIRM_BLOCKS_S * US + (rand() - 0.5) * 2e7)
                             events.append((t_conf, "mined", "confirmed", "webhook", None))
                             confirmed = t_conf
@@ -233,6 +257,8 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
                 submit_started = None
             if confirmed is not None and confirmed >= end:
                 confirmed = None
+            if mined_at is not None and mined_at >= end:
+                mined_at = None
             if claimed_at is not None and claimed_at >= end:
                 claimed_at = max((e[0] for e in events if e[2] == "processing"), default=None)
                 attempts = sum(1 for e in events if e[2] == "processing")
@@ -250,6 +276,24 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
         executor_id = uuid7(submitted // 1000, rng) if submitted is not None else None
         result = f'{{"executorTxId":"{executor_id}","hash":"{tx_hash}"}}' if has_hash else None
         idem = f"{getbits(64):016x}" if i % 3 == 0 else None
+        # The relayer is stamped when an attempt starts submitting; the cost is recorded from
+        # the receipt a few seconds after its block (not yet, at the end of history).
+        relayer = RELAYERS[int(rand() * len(RELAYERS))] if submit_started is not None else None
+        cost = (nul, nul, nul, nul, nul)
+        settled = mined_at + int(1e6 + rand() * 5e6) if mined_at is not None else end
+        if mined_at is not None and settled < end:
+            if gasless:
+                gas = 60_000 + int(rand() * 140_000)
+            else:
+                gas = 21_000 if i & 3 == 0 else 30_000 + int(rand() * 60_000)
+            day = 1.0 + 0.4 * sin((mined_at - 9 * 3600 * US) * day_phase)
+            price = int(BASE_FEE_WEI * day * lognorm(0.0, 0.2) * PRICE_FACTOR[speed])
+            # A tuple of ints hashes the same in every process (no hash randomisation).
+            hour = created // (3600 * US)
+            if hash((plan.seed, client_index, hour)) % SPIKE_MODULUS < spike_below:
+                price = int(price * SPIKE_PRICE)
+            block = MERGE_BLOCK + (mined_at // US - MERGE_S) // BLOCK_S
+            cost = (str(block), str(gas), str(price), str(gas * price), clock(settled))
         tx_lines.append(
             "\t".join(
                 (
@@ -276,6 +320,8 @@ def generate_chunk(plan: SeedPlan, first: int, count: int) -> tuple[list[str], l
                     clock(updated),
                     clock(submitted) if submitted is not None else nul,
                     clock(confirmed) if confirmed is not None else nul,
+                    relayer or nul,
+                    *cost,
                 )
             )
         )
