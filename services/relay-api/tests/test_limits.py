@@ -116,6 +116,17 @@ class TestUnknownKeys:
         assert runtime.authenticator.lookups - lookups == 4
         again = await client.get(path, headers=known)
         assert again.status_code == 200, again.text
+        # A request with no key guesses nothing: 401 however spent the address is.
+        missing = await client.get(path)
+        assert missing.status_code == 401, missing.text
+
+    async def test_requests_without_a_key_are_not_charged_to_their_address(
+        self, client: httpx.AsyncClient
+    ) -> None:
+        path = "/api/v1/relay/transactions"
+        assert {(await client.get(path)).status_code for _ in range(10)} == {401}
+        guesses = [await client.get(path, headers={"X-API-Key": f"rk_{n}"}) for n in range(4)]
+        assert [g.status_code for g in guesses] == [401, 401, 401, 429]
 
     async def test_valid_keys_are_never_charged_to_their_address(
         self, client: httpx.AsyncClient, runtime: Runtime, api_key: str

@@ -116,9 +116,12 @@ async def get_caller(
     once an address is past that limit, a key this process has not verified is refused before
     the database is asked about it (a guess costs a hash, not a read): for the few seconds
     until the address's next token, that holds for a valid key not yet read by this process
-    too. A valid key is never charged to its address."""
+    too. A valid key is never charged to its address, and neither is a request with no key at
+    all: it guesses nothing and costs nothing to refuse, so it is always a 401."""
     caller = runtime.authenticator.known(x_api_key)
     if caller is None:
+        if not x_api_key:
+            raise Unauthorized("missing X-API-Key header")
         settings = runtime.settings
         address = f"ip:{client_address(request, settings.trust_forwarded_for)}"
         held = runtime.limiter.refused(address)
