@@ -69,3 +69,39 @@ def test_hourly_percentile_of_a_stage_nobody_reached_is_null(spark):
         for name, _, _ in STAGES
         for label, _ in service.PERCENTILES
     )
+
+
+def test_window_percentiles_are_exact_nearest_rank_whatever_the_row_order(spark):
+    rng = random.Random(11)
+    # Heavy ties (a narrow band), a long tail, negatives (an event before its transaction) and
+    # more samples than percentile_approx's 10 000 exact ones.
+    values = (
+        [round(rng.gauss(144_000, 3_000), 3) for _ in range(30_000)]
+        + [round(rng.expovariate(1 / 50_000), 1) for _ in range(8_000)]
+        + [float(rng.randint(-500, 0)) for _ in range(300)]
+        + [150_000.0] * 700
+    )
+    # The second stage negated: ranks counted from the other end, through the sign.
+    rows = [
+        _row("client-a", [value, -value] + [value] * (len(STAGES) - 3) + [None]) for value in values
+    ]
+    frame = spark.createDataFrame(rows, SCHEMA)
+    shuffled = frame.repartition(7, "accept_to_claim").sortWithinPartitions(FIRST, ascending=False)
+
+    tables = [
+        {row["stage"]: row for row in service.stage_latency(df).collect()}
+        for df in (frame.coalesce(1), shuffled)
+    ]
+
+    for table in tables:
+        assert [row["stage"] for row in service.stage_latency(frame).collect()] == [
+            name for name, _, _ in STAGES
+        ]
+        assert table[FIRST]["samples"] == len(values)
+        for label, p in service.PERCENTILES:
+            assert table[FIRST][f"{label}_ms"] == _nearest_rank(values, p), label
+            negated = [-value for value in values]
+            assert table[STAGES[1][0]][f"{label}_ms"] == _nearest_rank(negated, p), label
+        # Nobody confirmed: no sample, no percentile.
+        assert table[LAST]["samples"] == 0
+        assert table[LAST]["p50_ms"] is None

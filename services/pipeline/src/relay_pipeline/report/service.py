@@ -2,11 +2,11 @@
 failure reasons and dead letters, over transactions accepted in a window.
 
 Percentiles use the nearest-rank definition: the smallest sample with at least p of the samples
-at or below it, i.e. the sample of rank ⌈p·n⌉. Per group (hourly table) they are exact: each
+at or below it, i.e. the sample of rank ⌈p·n⌉, and they are exact. Per group (hourly table) each
 group's samples are collected and sorted, which for the small groups of an hour × type × speed ×
-client costs less than a sketch per group. Over the whole window (stage latency) they come from
-``percentile_approx`` with accuracy 10 000: exact up to 10 000 samples, within 1/10 000 of the
-rank above that.
+client costs less than a sketch per group. Over the whole window (stage latency) the sample of
+that rank is found in two passes (``report.percentiles``): the answer does not depend on the
+order the rows come in, so a report from the archive and one from the database agree.
 """
 
 from __future__ import annotations
@@ -18,21 +18,17 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from relay_pipeline.history.lifecycle import STAGES
+from relay_pipeline.report.percentiles import ranked_percentiles
 
 GROUP = ("hour", "type", "speed", "client_id")
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 # The same percentiles in units of 1/10 000, so a rank is computed in integers.
 _PER_10K = {label: round(p * 10_000) for label, p in PERCENTILES}
-ACCURACY = 10_000
 TOP_REASONS = 10
 
 
 def _count_status(status: str) -> Column:
     return F.sum((F.col("status") == status).cast("long"))
-
-
-def _percentiles(column: str) -> Column:
-    return F.percentile_approx(F.col(column), [p for _, p in PERCENTILES], ACCURACY)
 
 
 def nearest_rank(sorted_samples: Column, label: str) -> Column:
@@ -103,31 +99,28 @@ def failure_reasons(outcomes: DataFrame) -> DataFrame:
 
 
 def stage_latency(lifecycles: DataFrame) -> DataFrame:
-    """Stage percentiles over the whole window (type and speed "all"). Per type × speed × client
-    and hour they are in the hourly table; one more grouping here cost a full extra pass."""
-    aggs: list[Column] = []
-    for name, _, _ in STAGES:
-        aggs.append(F.count(name).alias(f"_{name}_n"))
-        aggs.append(_percentiles(name).alias(f"_{name}_p"))
-    overall = lifecycles.agg(*aggs).select(
-        F.lit("all").alias("type"), F.lit("all").alias("speed"), "*"
+    """Stage percentiles over the whole window (type and speed "all"), exact nearest-rank like
+    the hourly table's and the same whatever order the rows come in (``report.percentiles``;
+    computed here, two passes over ``lifecycles``). Per type × speed × client and hour they are
+    in the hourly table."""
+    names = [name for name, _, _ in STAGES]
+    ranked = ranked_percentiles(
+        lifecycles, names, [(label, _PER_10K[label]) for label, _ in PERCENTILES]
     )
-    rows = F.explode(
-        F.array(
-            *(
-                F.struct(
-                    F.lit(name).alias("stage"),
-                    F.col(f"_{name}_n").alias("samples"),
-                    *(
-                        F.col(f"_{name}_p")[index].alias(f"{label}_ms")
-                        for index, (label, _) in enumerate(PERCENTILES)
-                    ),
-                )
-                for name, _, _ in STAGES
-            )
+    schema = "type string, speed string, stage string, samples long, " + ", ".join(
+        f"{label}_ms double" for label, _ in PERCENTILES
+    )
+    rows = [
+        (
+            "all",
+            "all",
+            name,
+            ranked[name].samples,
+            *(ranked[name].values[label] for label, _ in PERCENTILES),
         )
-    ).alias("s")
-    return overall.select("type", "speed", rows).select("type", "speed", "s.*")
+        for name in names
+    ]
+    return lifecycles.sparkSession.createDataFrame(rows, schema)
 
 
 def top_failure_reasons(reasons: DataFrame, limit: int = TOP_REASONS) -> list[dict[str, Any]]:
