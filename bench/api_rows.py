@@ -233,9 +233,10 @@ def batch_rows(batch: dict[str, Any] | None, judge: Judge) -> list[Row]:
     out.append(
         Row(
             name,
-            f"the API process idle for as long as a shape runs ({batch['duration_s']:g} s)",
-            batch["idle_cpu_s"],
-            "CPU s",
+            "the API process idle, before each round (taken off each shape for as long as "
+            "its measurement lasted)",
+            ", ".join(f"{idle:g}" for idle in batch["idle_cpu_per_s"]),
+            "CPU s per s",
         )
     )
     ratio = batch["batch_100_cpu_vs_single"]

@@ -18,7 +18,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from bench import api, ceilings, consumer, observecost, pickup, procstat, profiling
+from bench import (
+    api,
+    batches,
+    ceilings,
+    consumer,
+    observecost,
+    pickup,
+    procstat,
+    profiling,
+)
 from bench.infra import ROOT, Run
 from bench.scales import SCENARIOS, Scale
 
@@ -262,7 +271,7 @@ async def run_all(args: argparse.Namespace, scale: Scale) -> tuple[dict[str, Any
                     tx_rate, batch_s, batch_rounds = scale.batch
                     results["batch"] = await step(
                         "batch",
-                        lambda: api.batch_sizes(
+                        lambda: batches.batch_sizes(
                             run,
                             server,
                             tx_rate=tx_rate,

@@ -168,7 +168,7 @@ async def test_insert_failure_answers_503_not_202_and_publishes_nothing(
         assert response.status_code == 503
         assert set(response.json()) == {"error", "detail"}
         assert "transactions" not in response.text  # no SQL or schema details leak
-        assert runtime.publisher._pending.empty()
+        assert runtime.publisher.backlog() == 0
     finally:
         async with runtime.sessions() as session, session.begin():
             await session.execute(text("RENAME TABLE transactions_gone TO transactions"))

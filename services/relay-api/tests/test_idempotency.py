@@ -68,4 +68,4 @@ async def test_concurrent_identical_requests_create_exactly_one_row(
     assert await count_rows(runtime) == 1
     await runtime.publisher.stop()
     # Only the one real insert produced a message.
-    assert runtime.publisher._pending.empty()
+    assert runtime.publisher.backlog() == 0

@@ -110,7 +110,7 @@ async def _assert_refused(
     assert names in payload["detail"], payload
     assert "Traceback" not in response.text
     assert await count_rows(runtime) == 0
-    assert runtime.publisher._pending.empty()
+    assert runtime.publisher.backlog() == 0
 
 
 @pytest.mark.parametrize(

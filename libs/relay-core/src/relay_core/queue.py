@@ -31,6 +31,14 @@ from relay_core.tracing import Trace
 SCHEMA_VERSION = 1
 
 
+# Shared by every message's attributes (plain dicts: orjson and botocore take no other
+# mapping); nothing changes them.
+_SCHEMA_VERSION_ATTRIBUTE = {"DataType": "Number", "StringValue": str(SCHEMA_VERSION)}
+_TYPE_ATTRIBUTES = {
+    tx_type: {"DataType": "String", "StringValue": tx_type.value} for tx_type in TxType
+}
+
+
 class PoisonMessage(ValueError):
     """A message that can never be processed: unparseable or of an unknown schema."""
 
@@ -81,18 +89,16 @@ class TransactionMessage:
         )
 
     def attributes(self) -> dict[str, Any]:
-        def attr(value: str) -> dict[str, str]:
-            return {"DataType": "String", "StringValue": value}
-
+        """The message attributes (the same values as the body's, for filters and tracing)."""
         attributes = {
-            "schemaVersion": {"DataType": "Number", "StringValue": str(SCHEMA_VERSION)},
-            "transactionId": attr(self.transaction_id),
-            "type": attr(self.type.value),
+            "schemaVersion": _SCHEMA_VERSION_ATTRIBUTE,
+            "transactionId": {"DataType": "String", "StringValue": self.transaction_id},
+            "type": _TYPE_ATTRIBUTES[self.type],
         }
         if self.request_id is not None:
-            attributes["requestId"] = attr(self.request_id)
+            attributes["requestId"] = {"DataType": "String", "StringValue": self.request_id}
         if self.traceparent is not None:
-            attributes["traceparent"] = attr(self.traceparent)
+            attributes["traceparent"] = {"DataType": "String", "StringValue": self.traceparent}
         return attributes
 
     @classmethod

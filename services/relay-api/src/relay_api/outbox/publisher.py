@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import itertools
 import logging
 from datetime import datetime
 
@@ -44,23 +45,32 @@ class Publisher:
         self._direct = direct
         self._max_batch = max_batch
         self._linger_s = linger_s
-        self._pending: asyncio.Queue[TransactionMessage] = asyncio.Queue(max_pending)
-        # When each message still to be sent was handed over, oldest first (the queue is FIFO:
-        # a batch taken from it is the oldest entries here).
+        self._max_pending = max_pending
+        # The messages still to be taken for a send, oldest first, and when each message not
+        # yet sent was handed over (those being sent included: they leave it once their send
+        # is over). A request's messages go in with one extend each, not one by one: a batch
+        # of 100 is one call here.
+        self._unsent: collections.deque[TransactionMessage] = collections.deque()
         self._handed: collections.deque[datetime] = collections.deque()
+        self._arrived = asyncio.Event()
+        self._drained = asyncio.Event()
+        self._drained.set()
         self._task: asyncio.Task[None] | None = None
 
     def publish(self, messages: list[TransactionMessage]) -> None:
-        """Called after commit. Never blocks and never fails the request."""
-        now = utcnow()
-        for message in messages:
-            try:
-                self._pending.put_nowait(message)
-            except asyncio.QueueFull:
-                # The row is committed; the sweeper will send it.
-                metrics.OUTBOX_DEFERRED.inc()
-            else:
-                self._handed.append(now)
+        """Called after commit. Never blocks and never fails the request: past
+        ``max_pending`` messages held, the rest are left to the sweeper (their rows are
+        committed)."""
+        room = self._max_pending - len(self._handed)
+        if room < len(messages):
+            metrics.OUTBOX_DEFERRED.inc(amount=len(messages) - max(room, 0))
+            messages = messages[: max(room, 0)]
+        if not messages:
+            return
+        self._unsent.extend(messages)
+        self._handed.extend(itertools.repeat(utcnow(), len(messages)))
+        self._drained.clear()
+        self._arrived.set()
 
     def backlog(self) -> int:
         """How many committed messages wait here to be sent."""
@@ -85,7 +95,7 @@ class Publisher:
         if self._task is None:
             return
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._pending.join(), timeout_s)
+            await asyncio.wait_for(self._drained.wait(), timeout_s)
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -97,19 +107,21 @@ class Publisher:
             try:
                 await self.send_now(batch)
             finally:
-                for _ in batch:
+                for _ in range(len(batch)):
                     self._handed.popleft()
-                    self._pending.task_done()
+                if not self._handed:
+                    self._drained.set()
 
     async def _collect(self) -> list[TransactionMessage]:
-        """The first message, then whatever else arrived within ``linger_s`` (a batch of one
+        """The first messages, then whatever else arrived within ``linger_s`` (a batch of one
         costs an SQS call and an UPDATE + COMMIT, as much as a batch of a hundred)."""
-        batch = [await self._pending.get()]
+        while not self._unsent:
+            self._arrived.clear()
+            await self._arrived.wait()
         if self._linger_s > 0:
             await asyncio.sleep(self._linger_s)
-        while len(batch) < self._max_batch and not self._pending.empty():
-            batch.append(self._pending.get_nowait())
-        return batch
+        unsent = self._unsent
+        return [unsent.popleft() for _ in range(min(self._max_batch, len(unsent)))]
 
     async def send_now(self, batch: list[TransactionMessage]) -> None:
         try:

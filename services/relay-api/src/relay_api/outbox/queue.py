@@ -57,7 +57,8 @@ class WorkQueue:
     async def _send_chunk(self, lane: str, chunk: Sequence[TransactionMessage]) -> set[str]:
         # A lane whose queue cannot be found fails alone; the other lane's sends go on.
         url = await self.url(lane)
-        return await asyncio.wait_for(send_batch(self._sqs, url, chunk), self._timeout_s)
+        async with asyncio.timeout(self._timeout_s):  # no task of its own, as wait_for makes
+            return await send_batch(self._sqs, url, chunk)
 
     async def ping(self) -> None:
         url = await self.url()
