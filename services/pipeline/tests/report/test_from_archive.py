@@ -24,7 +24,13 @@ from relay_pipeline.derived import service as derived
 from relay_pipeline.history.repository import ArchiveReader, JdbcReader
 from relay_pipeline.history.window import Window
 from relay_pipeline.progress import Progress
-from relay_pipeline.report.job import STEPS, ReportRequest, default_thresholds, run_report
+from relay_pipeline.report.job import (
+    STEPS,
+    TABLES,
+    ReportRequest,
+    default_thresholds,
+    run_report,
+)
 
 from ..conftest import HistoryBuilder, ScratchDatabase, scratch_database
 
@@ -37,7 +43,8 @@ W1 = Window(BASE + timedelta(days=1, hours=6), BASE + timedelta(days=4, hours=18
 W2 = Window(W1.since, BASE + timedelta(days=6, hours=18))
 FIRST_CUTOFF = BASE + timedelta(days=4)
 SECOND_CUTOFF = BASE + timedelta(days=7)
-TABLES = ("hourly", "attempts", "failure_reasons", "stage_latency", "anomalies")
+# The report's tables kept per whole archived date (derived.tables).
+PER_DATE = ("hourly", "outcomes", "stage_buckets", "cost_cube", "anomaly_candidates")
 VOLATILE = ("generated_at", "elapsed_s", "inputs")
 EXHAUSTED = "retries exhausted: executor 503"
 EXPIRED = "valid_until passed before submission"
@@ -72,8 +79,20 @@ def _ordinary_days(builder: HistoryBuilder, days: range) -> None:
         for hour in (2, 8, 14, 20):
             at = BASE + timedelta(days=day, hours=hour)
             for k, client in enumerate(("client-a", "client-b", "client-c")):
+                gas = 21_000 + 1_000 * k
                 builder.tx(
-                    at + timedelta(minutes=k), _done(1 + k + day), client_id=client, speed=speeds[k]
+                    at + timedelta(minutes=k),
+                    _done(1 + k + day),
+                    client_id=client,
+                    speed=speeds[k],
+                    value=str(10**15 * (1 + hour)),
+                    cost={
+                        "relayer": f"relayer-{1 + k % 2}",
+                        "block_number": 100 + day * 24 + hour,
+                        "gas_used": gas,
+                        "effective_gas_price": 10**9 * (1 + day),
+                        "fee_wei": str(gas * 10**9 * (1 + day)),
+                    },
                 )
             builder.tx(
                 at + timedelta(minutes=5),
@@ -206,7 +225,7 @@ class Twin:
         }
 
     def builds(self, derived: str = "lifecycles") -> dict[str, str]:
-        """The build each date's derived data (lifecycles, hourly) comes from."""
+        """The build each date's derived data (lifecycles, a report table) comes from."""
         return {
             path.parent.name.split("=", 1)[1]: json.loads(path.read_text())["build"]
             for path in (self.archive / "_derived" / derived).glob("date=*/_manifest.json")
@@ -246,9 +265,11 @@ def test_report_over_archive_and_database_tail_equals_the_database_report(twin):
     _assert_same_figures(twin.report("overlap", W1), reference)
     derived_first = twin.builds()
     assert sorted(derived_first) == ["2026-03-03", "2026-03-04", "2026-03-05"]
-    # The hourly groups of the dates wholly inside W1 (day 1 starts before it).
-    hourly_first = twin.builds("hourly")
-    assert sorted(hourly_first) == ["2026-03-04", "2026-03-05"]
+    # The tables of the dates wholly inside W1 (day 1 starts before it), all of whose hours
+    # the database has rows in for now.
+    tables_first = {name: twin.builds(name) for name in PER_DATE}
+    for name in PER_DATE:
+        assert sorted(tables_first[name]) == ["2026-03-04", "2026-03-05"], name
 
     # The run completed: the database keeps only the tail; the derived dates are reused.
     result = twin.archive_until(FIRST_CUTOFF)
@@ -259,7 +280,7 @@ def test_report_over_archive_and_database_tail_equals_the_database_report(twin):
 
     _assert_same_figures(twin.report("again", W1), reference)
     assert twin.builds() == derived_first
-    assert twin.builds("hourly") == hourly_first
+    assert {name: twin.builds(name) for name in PER_DATE} == tables_first
 
 
 def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(twin):

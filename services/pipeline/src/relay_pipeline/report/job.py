@@ -13,6 +13,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from relay_pipeline.anomalies.job import find_anomalies, write_anomalies
 from relay_pipeline.anomalies.service import Thresholds
+from relay_pipeline.anomalies.service import candidates as anomaly_candidates
 from relay_pipeline.history.combined import window_lifecycles
 from relay_pipeline.history.repository import ArchiveReader, JdbcReader
 from relay_pipeline.history.window import Window, utcnow
@@ -21,6 +22,17 @@ from relay_pipeline.report import costs, page, service
 from relay_pipeline.storage import Storage
 
 STEPS = 7
+# The tables a report writes (Parquet directories under its --out), as summary.json lists them.
+TABLES = (
+    "hourly",
+    "attempts",
+    "failure_reasons",
+    "stage_latency",
+    "fees_hourly",
+    "client_costs",
+    "relayer_spend",
+    "anomalies",
+)
 
 
 @dataclass(frozen=True)
@@ -67,29 +79,33 @@ def run_report(
 
     with progress.step("reading history and event trails"):
         # The database's part is cached in memory; archived dates are read from the lifecycles
-        # derived beside the archive (Parquet), by each step, the columns it uses only.
+        # derived beside the archive (Parquet), by each step, the columns it uses only; on
+        # whole archived dates, the steps' tables stored per date are read instead.
         inputs = window_lifecycles(jdbc, archive, request.window, progress.note)
         per_tx = inputs.rows
-        transactions = per_tx.count()
     try:
-        with progress.step(f"aggregating {transactions:,} transactions per hour"):
-            # Groups of whole archived dates come from tables derived beside the archive.
-            hourly = _write(
-                inputs.grouped("hourly", service.hourly, service.GROUP), f"{out}/hourly"
-            )
+        with progress.step("aggregating transactions per hour"):
+            hourly = _write(inputs.grouped("hourly", service.hourly), f"{out}/hourly")
+            transactions = service.totals(hourly).accepted
+            progress.note(f"{transactions:,} transactions")
         with progress.step("attempts and failure reasons"):
-            # One pass over the transactions for both tables: both are sums of this small one.
-            outcomes = service.outcome_counts(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
+            # Both tables are sums of this small one.
+            outcomes = inputs.grouped("outcomes", service.outcome_counts).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
             try:
                 attempts = _write(service.attempts_histogram(outcomes), f"{out}/attempts")
                 reasons = _write(service.failure_reasons(outcomes), f"{out}/failure_reasons")
             finally:
                 outcomes.unpersist()
         with progress.step("stage latency percentiles"):
-            stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
+            buckets = inputs.grouped("stage_buckets", service.stage_buckets)
+            stages = _write(service.stage_latency(per_tx, buckets), f"{out}/stage_latency")
         with progress.step("fees, value moved and relayer spend"):
-            # One pass over the transactions for the three tables: all are sums of this cube.
-            cube = costs.cost_cube(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
+            # The three tables are sums of this cube.
+            cube = inputs.grouped("cost_cube", costs.cost_cube).persist(
+                StorageLevel.MEMORY_AND_DISK
+            )
             try:
                 fees = _write(costs.fees_hourly(cube), f"{out}/fees_hourly")
                 client_costs = _write(costs.client_costs(cube), f"{out}/client_costs")
@@ -98,7 +114,7 @@ def run_report(
                 cube.unpersist()
         with progress.step("anomaly scan"):
             found = find_anomalies(
-                per_tx,
+                inputs.grouped("anomaly_candidates", anomaly_candidates),
                 jdbc,
                 request.window,
                 request.now,
@@ -133,19 +149,7 @@ def run_report(
                     "fees_per_hour": costs.fees_per_hour(fees),
                 },
                 "anomalies": anomalies.as_dict(),
-                "tables": {
-                    name: f"{name}/"
-                    for name in (
-                        "hourly",
-                        "attempts",
-                        "failure_reasons",
-                        "stage_latency",
-                        "fees_hourly",
-                        "client_costs",
-                        "relayer_spend",
-                        "anomalies",
-                    )
-                },
+                "tables": {name: f"{name}/" for name in TABLES},
             }
             summary["elapsed_s"] = round(time.monotonic() - began, 2)
             storage.write_text(f"{out}/summary.json", json.dumps(summary, indent=2, default=str))
