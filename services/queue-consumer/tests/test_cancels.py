@@ -61,6 +61,12 @@ async def test_a_cancel_asked_for_during_the_executor_call_goes_to_the_executor(
     await wait_until(
         lambda: {e["status"] for e in stub.ledger()[1]} == {"canceled", "pending"}, 10, "canceled"
     )
+    # The executor answers the cancel before the consumer writes down that it was handed over.
+    await wait_until(
+        lambda: all(r["cancel_requested_at"] is None for r in rows(database_url)),
+        10,
+        "the cancels recorded as handed over",
+    )
     _, ledger = stub.ledger()
     assert len(ledger) == 4, "each sent once"
     statuses = {entry["id"]: entry["status"] for entry in ledger}
