@@ -49,27 +49,6 @@ class Thresholds:
     fee_spike_min_hours: int
 
 
-# The statuses the kinds that depend on the time of the scan look at.
-OPEN = ("pending", "processing", "submitted", "mined")
-
-
-def _trail_wrong() -> Column:
-    status, has_events = F.col("status"), F.col("event_count") > 0
-    return (
-        ((status != "pending") & ~has_events)
-        | (has_events & ~F.col("last_event_status").eqNullSafe(status))
-        | (has_events & ~F.col("first_event_from").eqNullSafe(F.lit("pending")))
-        | F.col("trail_broken")
-    )
-
-
-def candidates(lifecycles: DataFrame) -> DataFrame:
-    """The rows ``scan`` can find anything in, at any time: those still open, and those whose
-    trail is wrong (a finished row's findings do not depend on when it is scanned, only its
-    age does). Few, and local to their hour: a report over the archive keeps them per date."""
-    return lifecycles.where(F.col("status").isin(*OPEN) | _trail_wrong())
-
-
 def scan(lifecycles: DataFrame, now: datetime, thresholds: Thresholds) -> DataFrame:
     """One row per (kind, transaction) found; ``lifecycles`` from ``history.lifecycle``."""
     at = F.lit(now)
@@ -117,7 +96,10 @@ def scan(lifecycles: DataFrame, now: datetime, thresholds: Thresholds) -> DataFr
     has_events = F.col("event_count") > 0
     trail = found(
         "trail_mismatch",
-        _trail_wrong(),
+        ((status != "pending") & ~has_events)
+        | (has_events & ~F.col("last_event_status").eqNullSafe(status))
+        | (has_events & ~F.col("first_event_from").eqNullSafe(F.lit("pending")))
+        | F.col("trail_broken"),
         age_minutes,
         F.concat_ws(
             "; ",

@@ -31,7 +31,7 @@ import inspect
 import marshal
 import sys
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from types import ModuleType
@@ -252,7 +252,6 @@ class ArchivedLifecycles:
     """``rows``: the stored dates read as Parquet, plus what had to be computed (cached in
     memory, listed in ``held``: unpersist once done). ``whole``: the dates whose stored rows
     are all in ``rows`` as they are (the day inside the window, every event inside its reach);
-    ``other``: the rows of ``rows`` on no whole date (None when there are none);
     ``store``/``schema``: where and what the stored rows are."""
 
     rows: DataFrame
@@ -260,12 +259,6 @@ class ArchivedLifecycles:
     whole: list[Manifest]
     store: DerivedStore
     schema: StructType
-    other: DataFrame | None = None
-
-    def whole_rows(self, dates: Collection[str]) -> DataFrame | None:
-        """The stored rows of the whole dates among ``dates`` (None when none is whole)."""
-        chosen = [m for m in self.whole if m.date in dates]
-        return _stored(self.rows.sparkSession, self.store, chosen, self.schema)
 
 
 def archived_lifecycles(
@@ -311,18 +304,10 @@ def archived_lifecycles(
             f"archive dates kept changing while their lifecycles were derived ({archive.path})"
         )
     reach = Window(window.since, window.until + lookahead)
-    exact = [m for m in ready if _exact(m, reach)]
-    whole = [
-        m for m in exact if window.since <= _day(m.date) and _day(m.date) + DAY <= window.until
-    ]
-    # The rows of whole dates, then the others: stored dates cut by the window, computed ones.
-    frames, other, held = [], [], []
-    stored = _stored(spark, store, whole, schema)
+    frames, held = [], []
+    stored = _stored(spark, store, [m for m in ready if _exact(m, reach)], schema)
     if stored is not None:
-        frames.append(stored)
-    partial = _stored(spark, store, [m for m in exact if m not in whole], schema)
-    if partial is not None:
-        other.append(partial.where(_within("created_at", window)))
+        frames.append(stored.where(_within("created_at", window)))
     edge = [m for m in ready if not _exact(m, reach)]
     if edge:
         note(f"derived lifecycles: {len(edge)} date(s) with events outside the window's reach")
@@ -330,15 +315,18 @@ def archived_lifecycles(
             StorageLevel.MEMORY_AND_DISK
         )
         held.append(computed)
-        other.append(computed)
-    if not frames and not other:
+        frames.append(computed)
+    if not frames:
         return None
-    columns = schema.fieldNames()
+    whole = [
+        m
+        for m in ready
+        if _exact(m, reach) and window.since <= _day(m.date) and _day(m.date) + DAY <= window.until
+    ]
     return ArchivedLifecycles(
-        rows=_union(frames + other).select(*columns),
+        rows=_union(frames).select(*schema.fieldNames()),
         held=held,
         whole=whole,
         store=store,
         schema=schema,
-        other=_union(other).select(*columns) if other else None,
     )

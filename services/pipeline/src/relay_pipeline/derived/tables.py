@@ -1,17 +1,14 @@
 """Per-group report tables of archived dates, derived once per date beside the lifecycles
 (``PATH/_derived/<table>/date=…``).
 
-A table here is a function of lifecycles whose rows each belong to one hour (the row has the
-``hour`` of its transactions) and depend on that hour's lifecycles only — the hourly table, the
-outcome counts behind the attempts and failure-reason tables, the cost cube, the stage
-samples' bucket counts, the anomaly candidates. A date whose day lies wholly inside the window,
-whose stored lifecycles are used as they are (a "whole" date), has, in each hour on which no
-row read from the database falls, exactly the rows the table gives on that date's stored
-lifecycles: those are computed once per date and kept. The rest (the database's rows, the
-window's partial dates, dates with events outside the report's reach, and the hours of whole
-dates the database has a row in, computed again with it: ``history.combined``) is computed
-from the lifecycles, as without an archive. A re-run so reads the small stored tables and
-computes only the tail.
+A table here is a function of lifecycles that is local to a group (hour × type × speed ×
+client): its rows for a group depend on that group's lifecycles only — the hourly table, the
+outcome counts behind the attempts and failure-reason tables. On a date whose day lies wholly
+inside the window and whose stored lifecycles are used as they are, a group that no
+transaction from the database tail falls into has exactly the rows the table gives on that
+date's stored lifecycles: those are computed once and kept. The other groups (the tail's, the
+window's partial or corrected dates) are computed from the window's lifecycles, as without an
+archive.
 
 The key of a date's table is the lifecycles build it was computed from (a date whose lifecycles
 are derived again gets its tables again) and a hash of the table function's module source and
@@ -24,11 +21,12 @@ import hashlib
 import inspect
 import uuid
 from collections.abc import Callable, Sequence
+from functools import reduce
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from relay_pipeline.derived.repository import PARTITION, DerivedStore, Manifest
+from relay_pipeline.derived.repository import PARTITION, DerivedStore
 from relay_pipeline.derived.service import ArchivedLifecycles
 from relay_pipeline.history.window import utcnow
 
@@ -41,12 +39,18 @@ def _version(table: Table) -> str:
     return hashlib.sha256(f"{table.__qualname__}\n{source}".encode()).hexdigest()[:32]
 
 
-def stored_table(
-    archived: ArchivedLifecycles, name: str, table: Table, dates: Sequence[Manifest]
-) -> DataFrame | None:
-    """``table`` of each of the whole ``dates``' stored lifecycles, derived for those that lack
-    it (None without dates)."""
-    if not dates:
+def _same(columns: Sequence[str]) -> Column:
+    """Group ``columns`` equal (NULL equal to NULL) to the ``_touched_`` copies of them."""
+    return reduce(
+        lambda a, b: a & b,
+        (F.col(c).eqNullSafe(F.col(f"_touched_{c}")) for c in columns),
+        F.lit(True),
+    )
+
+
+def stored_table(archived: ArchivedLifecycles, name: str, table: Table) -> DataFrame | None:
+    """``table`` of each whole date's stored lifecycles, derived for the dates that lack it."""
+    if not archived.whole:
         return None
     lifecycle_store = archived.store
     store = DerivedStore(lifecycle_store.storage, lifecycle_store.archive_root, name)
@@ -54,14 +58,14 @@ def stored_table(
     version = _version(table)
     keys = {
         m.date: {"code_version": version, "lifecycles": m.key["code_version"], "build": m.build}
-        for m in dates
+        for m in archived.whole
     }
     present = store.present()
     manifests = {d: store.valid(d, key, present.get(d, set())) for d, key in keys.items()}
     stale = [d for d, manifest in manifests.items() if manifest is None]
     if stale:
         build = f"{utcnow():%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}"
-        sources = [p for m in dates if m.date in stale for p in lifecycle_store.paths(m)]
+        sources = [p for m in archived.whole if m.date in stale for p in lifecycle_store.paths(m)]
         rows = table(spark.read.schema(archived.schema).parquet(*sources))
         try:
             rows.withColumn(PARTITION, F.date_format("hour", "yyyy-MM-dd")).repartition(
@@ -73,28 +77,35 @@ def stored_table(
             store.discard(build)
     schema = table(archived.rows).schema
     paths = [p for m in manifests.values() if m is not None for p in store.paths(m)]
-    if not paths:  # no date had a row of the table (nothing to count): none, planned away
-        return table(archived.rows).where(F.lit(False))
-    return spark.read.schema(schema).parquet(*paths)
+    return spark.read.schema(schema).parquet(*paths) if paths else None
 
 
 def grouped_table(
     rows: DataFrame,
     archived: ArchivedLifecycles | None,
-    touched: Column,
-    other: DataFrame | None,
+    tail: DataFrame | None,
     name: str,
     table: Table,
+    group: Sequence[str],
 ) -> DataFrame:
-    """``table(rows)``: the whole dates' part from the tables stored for them, less the rows
-    of the ``touched`` hours, and the rest computed from ``other`` (every row on no whole date
-    or in a touched hour)."""
-    whole = archived.whole if archived is not None else []
-    stored = stored_table(archived, name, table, whole) if archived is not None else None
-    if stored is None:
+    """``table(rows)``, with the groups of whole archived dates that ``tail`` (the lifecycles
+    not read from stored dates as they are) does not touch taken from the stored tables."""
+    stored = stored_table(archived, name, table) if archived is not None else None
+    if stored is None or archived is None:
         return table(rows)
-    stored = stored.where(~touched)
-    if other is None:
-        return stored
-    computed = table(other)
+    whole = F.date_format("hour", "yyyy-MM-dd").isin([m.date for m in archived.whole])
+    if tail is None:
+        rest = rows.where(~whole)
+    else:
+        # Renamed: the tail is part of ``rows``, and a join of a frame with its own columns
+        # would compare each column with itself.
+        touched = (
+            tail.select(*(F.col(c).alias(f"_touched_{c}") for c in group))
+            .distinct()
+            .withColumn("_touched", F.lit(True))
+        )
+        stored = stored.join(F.broadcast(touched), _same(group), "left_anti")
+        marked = rows.join(F.broadcast(touched), _same(group), "left")
+        rest = marked.where(~whole | F.col("_touched").isNotNull()).select(*rows.columns)
+    computed = table(rest)
     return stored.select(*computed.columns).unionByName(computed)

@@ -13,7 +13,6 @@ from pyspark.sql import DataFrame, SparkSession
 
 from relay_pipeline.anomalies.job import find_anomalies, write_anomalies
 from relay_pipeline.anomalies.service import Thresholds
-from relay_pipeline.anomalies.service import candidates as anomaly_candidates
 from relay_pipeline.history.combined import window_lifecycles
 from relay_pipeline.history.repository import ArchiveReader, JdbcReader
 from relay_pipeline.history.window import Window, utcnow
@@ -79,33 +78,29 @@ def run_report(
 
     with progress.step("reading history and event trails"):
         # The database's part is cached in memory; archived dates are read from the lifecycles
-        # derived beside the archive (Parquet), by each step, the columns it uses only; on
-        # whole archived dates, the steps' tables stored per date are read instead.
+        # derived beside the archive (Parquet), by each step, the columns it uses only.
         inputs = window_lifecycles(jdbc, archive, request.window, progress.note)
         per_tx = inputs.rows
+        transactions = per_tx.count()
     try:
-        with progress.step("aggregating transactions per hour"):
-            hourly = _write(inputs.grouped("hourly", service.hourly), f"{out}/hourly")
-            transactions = service.totals(hourly).accepted
-            progress.note(f"{transactions:,} transactions")
-        with progress.step("attempts and failure reasons"):
-            # Both tables are sums of this small one.
-            outcomes = inputs.grouped("outcomes", service.outcome_counts).persist(
-                StorageLevel.MEMORY_AND_DISK
+        with progress.step(f"aggregating {transactions:,} transactions per hour"):
+            # Groups of whole archived dates come from tables derived beside the archive.
+            hourly = _write(
+                inputs.grouped("hourly", service.hourly, service.GROUP), f"{out}/hourly"
             )
+        with progress.step("attempts and failure reasons"):
+            # One pass over the transactions for both tables: both are sums of this small one.
+            outcomes = service.outcome_counts(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 attempts = _write(service.attempts_histogram(outcomes), f"{out}/attempts")
                 reasons = _write(service.failure_reasons(outcomes), f"{out}/failure_reasons")
             finally:
                 outcomes.unpersist()
         with progress.step("stage latency percentiles"):
-            buckets = inputs.grouped("stage_buckets", service.stage_buckets)
-            stages = _write(service.stage_latency(per_tx, buckets), f"{out}/stage_latency")
+            stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
         with progress.step("fees, value moved and relayer spend"):
-            # The three tables are sums of this cube.
-            cube = inputs.grouped("cost_cube", costs.cost_cube).persist(
-                StorageLevel.MEMORY_AND_DISK
-            )
+            # One pass over the transactions for the three tables: all are sums of this cube.
+            cube = costs.cost_cube(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
             try:
                 fees = _write(costs.fees_hourly(cube), f"{out}/fees_hourly")
                 client_costs = _write(costs.client_costs(cube), f"{out}/client_costs")
@@ -114,7 +109,7 @@ def run_report(
                 cube.unpersist()
         with progress.step("anomaly scan"):
             found = find_anomalies(
-                inputs.grouped("anomaly_candidates", anomaly_candidates),
+                per_tx,
                 jdbc,
                 request.window,
                 request.now,

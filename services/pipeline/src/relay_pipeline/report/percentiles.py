@@ -39,35 +39,23 @@ class Ranked:
     values: dict[str, float | None]
 
 
-def _samples(frame: DataFrame, columns: Sequence[str], *keep: str) -> DataFrame:
+def _samples(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
     pairs = F.array(*(F.struct(F.lit(c).alias("column"), F.col(c).alias("value")) for c in columns))
     return (
-        frame.select(*keep, F.explode(pairs).alias("s"))
+        frame.select(F.explode(pairs).alias("s"))
         .where(F.col("s.value").isNotNull())
-        .select(*keep, "s.column", "s.value", _bucket(F.col("s.value")).alias("bucket"))
+        .select("s.column", "s.value", _bucket(F.col("s.value")).alias("bucket"))
     )
 
 
-def bucket_counts(frame: DataFrame, columns: Sequence[str], *by: str) -> DataFrame:
-    """The first pass: samples per ``by`` × column × bucket (``count``). Sums of it over
-    any split of the rows are the counts of the whole, so it can be kept per part."""
-    return _samples(frame, columns, *by).groupBy(*by, "column", "bucket").count()
-
-
 def ranked_percentiles(
-    frame: DataFrame,
-    columns: Sequence[str],
-    per_10k: Sequence[tuple[str, int]],
-    counted: DataFrame | None = None,
+    frame: DataFrame, columns: Sequence[str], per_10k: Sequence[tuple[str, int]]
 ) -> dict[str, Ranked]:
     """Per column: its non-NULL samples and, per (label, k) of ``per_10k``, the sample of rank
-    ⌈k·n / 10 000⌉ (None without samples). ``counted``: ``bucket_counts`` of ``frame`` by
-    anything, when the caller has them (a report over the archive keeps them per date)."""
-    if counted is None:
-        counted = bucket_counts(frame, columns)
+    ⌈k·n / 10 000⌉ (None without samples)."""
     counts: dict[str, list[tuple[int, int]]] = {c: [] for c in columns}
-    for row in counted.groupBy("column", "bucket").agg(F.sum("count").alias("n")).collect():
-        counts[row["column"]].append((int(row["bucket"]), int(row["n"])))
+    for row in _samples(frame, columns).groupBy("column", "bucket").count().collect():
+        counts[row["column"]].append((int(row["bucket"]), int(row["count"])))
 
     # (column, bucket) → [(label, rank inside the bucket)]
     wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}
@@ -103,16 +91,8 @@ def ranked_percentiles(
                 for _, inside in ranks
             ),
         )
-        # Rows with a sample in a wanted bucket, before the samples are taken apart: most
-        # rows have none, and a sample is one row per stage of each transaction.
-        of_column: dict[str, list[int]] = {}
-        for c, b in wanted:
-            of_column.setdefault(c, []).append(b)
-        some = reduce(
-            lambda a, b: a | b, (_bucket(F.col(c)).isin(bs) for c, bs in of_column.items())
-        )
         rows = (
-            _samples(frame.select(*of_column).where(some), list(of_column))
+            _samples(frame, columns)
             .where(chosen)
             .select("column", "bucket", "value", position.alias("position"))
             .where(answer)

@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from relay_pipeline.history.lifecycle import STAGES
-from relay_pipeline.report.percentiles import bucket_counts, ranked_percentiles
+from relay_pipeline.report.percentiles import ranked_percentiles
 
 GROUP = ("hour", "type", "speed", "client_id")
 PERCENTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
@@ -99,25 +99,14 @@ def failure_reasons(outcomes: DataFrame) -> DataFrame:
     )
 
 
-STAGE_NAMES = [name for name, _, _ in STAGES]
-
-
-def stage_buckets(lifecycles: DataFrame) -> DataFrame:
-    """The stage samples counted per hour × stage × value bucket: the first pass of the
-    window's percentiles (``report.percentiles``), a sum over hours, so kept per archived
-    date."""
-    return bucket_counts(lifecycles, STAGE_NAMES, "hour")
-
-
-def stage_latency(lifecycles: DataFrame, buckets: DataFrame | None = None) -> DataFrame:
+def stage_latency(lifecycles: DataFrame) -> DataFrame:
     """Stage percentiles over the whole window (type and speed "all"), exact nearest-rank like
-    the hourly table's and the same whatever order the rows come in (``report.percentiles``:
-    two passes over ``lifecycles``, the first of them ``buckets`` when given, i.e.
-    ``stage_buckets`` of the same rows). Per type × speed × client and hour they are in the
-    hourly table."""
-    names = STAGE_NAMES
+    the hourly table's and the same whatever order the rows come in (``report.percentiles``;
+    computed here, two passes over ``lifecycles``). Per type × speed × client and hour they are
+    in the hourly table."""
+    names = [name for name, _, _ in STAGES]
     ranked = ranked_percentiles(
-        lifecycles, names, [(label, _PER_10K[label]) for label, _ in PERCENTILES], buckets
+        lifecycles, names, [(label, _PER_10K[label]) for label, _ in PERCENTILES]
     )
     # Literal rows on the JVM's side (spark.range): a DataFrame made from Python rows would
     # need Python on the executors, which a cluster's need not have.
