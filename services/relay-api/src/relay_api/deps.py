@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import Depends, Request, Security
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
-from relay_api.auth.service import Caller
+from relay_api.auth.service import MISSING_KEY, Caller
 from relay_api.limits.service import Limit
 from relay_api.openapi import API_KEY
 from relay_api.runtime import Runtime
@@ -121,7 +121,7 @@ async def get_caller(
     caller = runtime.authenticator.known(x_api_key)
     if caller is None:
         if not x_api_key:
-            raise Unauthorized("missing X-API-Key header")
+            raise Unauthorized(MISSING_KEY)
         settings = runtime.settings
         address = f"ip:{client_address(request, settings.trust_forwarded_for)}"
         held = runtime.limiter.refused(address)

@@ -30,6 +30,7 @@ ADMIN = "admin"
 OPERATOR = "operator"
 CLIENT = "client"
 ROLES = (CLIENT, OPERATOR, ADMIN)
+MISSING_KEY = "missing X-API-Key header"
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +116,7 @@ class Authenticator:
         if known is not None:
             return known
         if not presented:
-            raise Unauthorized("missing X-API-Key header")
+            raise Unauthorized(MISSING_KEY)
         if len(presented) > 200:
             raise Unauthorized("invalid API key")
         digest = apikeys.hash_key(presented)
