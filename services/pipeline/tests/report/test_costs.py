@@ -263,3 +263,74 @@ def test_a_sum_past_10_to_the_38_is_null_and_so_is_every_total_over_it(spark):
     assert (client["fee_transactions"], client["fee_wei"], client["value_wei"]) == (3, None, 7)
     (day,) = costs.relayer_spend(cube).collect()
     assert day["fee_wei"] is None
+
+
+def test_the_cube_with_outcomes_gives_the_same_cost_tables(spark):
+    """The report builds one finer cube for the outcome counts and the costs: once its cells
+    without a cost are dropped, every cost table equals the one summed from the plain cube —
+    a client that paid nothing and moved nothing has no row in either, an overflowed sum is
+    NULL in both."""
+    from pyspark.sql import functions as F
+
+    from relay_pipeline.report import costs
+
+    schema = (
+        "hour timestamp, type string, speed string, client_id string, relayer string, "
+        "status string, attempts int, failure_reason string, gas_used long, "
+        "fee_wei decimal(38,0), value_wei decimal(38,0), amount_unreadable boolean"
+    )
+    huge = Decimal(6 * 10**37)
+    a, b, c = "client-a", "client-b", "client-c"
+    r1, r2, late, x = "relayer-1", "relayer-2", "valid_until passed", Decimal
+    h0, h1, fast, avg = T0, T0 + HOUR, "fast", "average"
+    rows = [
+        (h0, "direct", fast, a, r1, "confirmed", 1, None, 21_000, x(5), x(7), False),
+        (h0, "direct", fast, a, r1, "failed", 2, "reverted", 30_000, x(9), None, False),
+        (h0, "direct", fast, a, r2, "confirmed", 1, None, None, None, x(3), False),
+        (h0, "direct", fast, a, None, "expired", 0, late, None, None, None, False),
+        (h0, "gasless", fast, b, r1, "confirmed", 3, None, 50_000, huge, None, False),
+        (h0, "gasless", fast, b, r1, "confirmed", 1, None, 50_000, huge, None, False),
+        (h1, "direct", avg, b, None, "failed", 1, "unreadable", None, None, None, True),
+        (h1, "direct", avg, c, None, "expired", 0, late, None, None, None, False),
+        (h1, "direct", avg, c, r2, "failed", 4, "nonce", 0, None, None, False),
+    ]  # fmt: skip
+    lifecycles = spark.createDataFrame(rows, schema)
+    plain = costs.cost_cube(lifecycles)
+    finer = costs.paid_cells(costs.cost_cube(lifecycles, outcomes=True))
+
+    def rows_of(table):
+        return sorted((tuple(row) for row in table.collect()), key=lambda row: tuple(map(str, row)))
+
+    for table in (costs.fees_hourly, costs.client_costs, costs.relayer_spend):
+        assert rows_of(table(finer)) == rows_of(table(plain)), table.__name__
+    assert {r["client_id"] for r in costs.client_costs(finer).collect()} == {a, b}
+    assert costs.totals(costs.client_costs(finer)) == costs.totals(costs.client_costs(plain))
+    outcomes = costs.cost_cube(lifecycles, outcomes=True)
+    assert outcomes.agg(F.sum("transactions")).first()[0] == len(rows)
+
+
+def test_a_total_past_10_to_the_38_over_parts_that_each_fit_is_null(spark):
+    """Two hours whose fees each fit DECIMAL(38,0) but whose sum does not: the client's total
+    (and the window's) is NULL, not 0 (``try_sum`` is NULL both past the range and over no
+    parts; the total used to take the first for the second)."""
+    from relay_pipeline.report import costs
+
+    schema = (
+        "hour timestamp, type string, speed string, client_id string, relayer string, "
+        "status string, gas_used long, fee_wei decimal(38,0), value_wei decimal(38,0), "
+        "amount_unreadable boolean"
+    )
+    huge = Decimal(6 * 10**37)
+    rows = [
+        (T0 + n * HOUR, "direct", "fast", "client-z", "relayer-1", "confirmed", 21_000, huge,
+         huge, False)
+        for n in range(2)
+    ]  # fmt: skip
+    cube = costs.cost_cube(spark.createDataFrame(rows, schema))
+
+    (client,) = costs.client_costs(cube).collect()
+    assert (client["fee_transactions"], client["fee_wei"], client["value_wei"]) == (2, None, None)
+    assert client["fee_mean_wei"] is None
+    assert costs.totals(costs.client_costs(cube))["fee_wei"] is None
+    (day,) = costs.relayer_spend(cube).collect()
+    assert day["fee_wei"] is None

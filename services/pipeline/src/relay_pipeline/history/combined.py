@@ -36,6 +36,8 @@ class WindowLifecycles:
 
     rows: DataFrame
     held: list[DataFrame] = field(default_factory=list)
+    # The database's part (cached), if a database was read.
+    database: DataFrame | None = None
     archived: ArchivedLifecycles | None = None
     # The rows not read from stored dates as they are: the database's, corrected dates'.
     tail: DataFrame | None = None
@@ -44,6 +46,10 @@ class WindowLifecycles:
         """``table(rows)`` for a table local to each ``group`` (see ``derived.tables``): the
         groups of whole archived dates the tail does not touch come from stored tables."""
         return grouped_table(self.rows, self.archived, self.tail, name, table, group)
+
+    def read(self) -> int:
+        """Read the database's part into memory now; how many transactions it holds."""
+        return self.database.count() if self.database is not None else 0
 
     def release(self) -> None:
         for frame in self.held:
@@ -93,4 +99,6 @@ def window_lifecycles(
     tail = from_database
     for computed in archived.held if archived is not None else []:
         tail = computed if tail is None else tail.unionByName(computed)
-    return WindowLifecycles(rows=rows, held=held, archived=archived, tail=tail)
+    return WindowLifecycles(
+        rows=rows, held=held, database=from_database, archived=archived, tail=tail
+    )

@@ -14,7 +14,8 @@ rounded, and so is every total built on it. A mean is rounded to the nearest wei
 counted in ``amounts_unreadable``.
 
 Every table is a sum over one small cube (hour × type × speed × client × relayer), built in a
-single pass over the transactions.
+single pass over the transactions; the report builds it finer still (× attempts × status ×
+failure reason, over every transaction) so that the same pass gives the outcome counts too.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from relay_pipeline.history.lifecycle import WEI
 from relay_pipeline.report.service import GROUP
 
 CUBE = (*GROUP, "relayer")
+# What the outcome counts add to the cube's cells (``cost_cube(..., outcomes=True)``).
+OUTCOME = ("attempts", "status", "failure_reason")
 
 
 def _paid() -> Column:
@@ -40,21 +43,42 @@ def _moved() -> Column:
     return direct & (F.col("status") == "confirmed") & F.col("value_wei").isNotNull()
 
 
-def cost_cube(lifecycles: DataFrame) -> DataFrame:
-    """Fees, gas and value moved per hour × type × speed × client × relayer."""
+def cost_cube(lifecycles: DataFrame, *, outcomes: bool = False) -> DataFrame:
+    """Fees, gas and value moved per hour × type × speed × client × relayer.
+
+    With ``outcomes``, per attempts × status × failure reason too and over every transaction,
+    each cell counting its ``transactions``: the outcome counts the attempts and failure-reason
+    tables are sums of (``report.service``), and, once ``paid_cells`` has dropped the cells
+    without a cost, a finer cube with the same sums, in the same pass."""
     paid, moved = _paid(), _moved()
-    return (
-        lifecycles.where(paid | moved | F.col("amount_unreadable"))
-        .groupBy(*CUBE)
-        .agg(
-            F.sum(paid.cast("long")).alias("fee_transactions"),
-            F.try_sum(F.when(paid, F.col("fee_wei"))).alias("fee_wei"),
-            F.max(F.when(paid, F.col("fee_wei"))).alias("fee_max_wei"),
-            F.sum(F.when(paid, F.col("gas_used"))).alias("gas_used"),
-            F.sum(moved.cast("long")).alias("value_transactions"),
-            F.try_sum(F.when(moved, F.col("value_wei"))).alias("value_wei"),
-            F.sum(F.col("amount_unreadable").cast("long")).alias("amounts_unreadable"),
+    rows, keys = lifecycles, [*CUBE, *OUTCOME]
+    counts = [F.count(F.lit(1)).alias("transactions")]
+    if not outcomes:  # only the transactions that count in a cost
+        rows, keys, counts = (
+            lifecycles.where(paid | moved | F.col("amount_unreadable")),
+            [*CUBE],
+            [],
         )
+    return rows.groupBy(*keys).agg(
+        *counts,
+        F.sum(paid.cast("long")).alias("fee_transactions"),
+        F.try_sum(F.when(paid, F.col("fee_wei"))).alias("fee_wei"),
+        F.max(F.when(paid, F.col("fee_wei"))).alias("fee_max_wei"),
+        F.sum(F.when(paid, F.col("gas_used"))).alias("gas_used"),
+        F.sum(moved.cast("long")).alias("value_transactions"),
+        F.try_sum(F.when(moved, F.col("value_wei"))).alias("value_wei"),
+        F.sum(F.col("amount_unreadable").cast("long")).alias("amounts_unreadable"),
+    )
+
+
+def paid_cells(cube: DataFrame) -> DataFrame:
+    """The cells of a cube with outcomes that hold a fee, a value moved or an unreadable amount:
+    each table below sums them as it sums ``cost_cube`` (the transactions they also hold add
+    nothing to a sum, and a group no such transaction falls in has no cell left)."""
+    return cube.where(
+        (F.col("fee_transactions") > 0)
+        | (F.col("value_transactions") > 0)
+        | (F.col("amounts_unreadable") > 0)
     )
 
 
@@ -62,7 +86,9 @@ def _total(amount: str, count: str) -> Column:
     """The exact sum of per-group wei sums: 0 over groups that have none, NULL when a part
     overflowed (a NULL sum over a group that has some) or the total does."""
     overflowed = F.max((F.col(amount).isNull() & (F.col(count) > 0)).cast("int")) == 1
-    return F.when(~overflowed, F.coalesce(F.try_sum(amount), F.lit(0).cast(WEI)))
+    # try_sum is NULL both over no parts and past the range: only the first is 0.
+    some = F.max(F.col(amount).isNotNull().cast("int")) == 1
+    return F.when(~overflowed, F.when(some, F.try_sum(amount)).otherwise(F.lit(0).cast(WEI)))
 
 
 def _mean(total: str, count: str) -> Column:

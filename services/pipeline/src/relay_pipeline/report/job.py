@@ -20,7 +20,7 @@ from relay_pipeline.progress import Progress
 from relay_pipeline.report import costs, page, service
 from relay_pipeline.storage import Storage
 
-STEPS = 7
+STEPS = 6
 # The tables a report writes (Parquet directories under its --out), as summary.json lists them.
 TABLES = (
     "hourly",
@@ -81,32 +81,31 @@ def run_report(
         # derived beside the archive (Parquet), by each step, the columns it uses only.
         inputs = window_lifecycles(jdbc, archive, request.window, progress.note)
         per_tx = inputs.rows
-        transactions = per_tx.count()
+        if jdbc is not None:
+            progress.note(f"{inputs.read():,} transactions from the database")
     try:
-        with progress.step(f"aggregating {transactions:,} transactions per hour"):
-            # Groups of whole archived dates come from tables derived beside the archive.
+        with progress.step("aggregating transactions per hour"):
+            # Groups of whole archived dates come from tables derived beside the archive. The
+            # transactions are counted from this table, not by a pass of their own.
             hourly = _write(
                 inputs.grouped("hourly", service.hourly, service.GROUP), f"{out}/hourly"
             )
-        with progress.step("attempts and failure reasons"):
-            # One pass over the transactions for both tables: both are sums of this small one.
-            outcomes = service.outcome_counts(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
+            totals = service.totals(hourly)
+            progress.note(f"{totals.accepted:,} transactions")
+        with progress.step("attempts, failure reasons, fees, value moved and relayer spend"):
+            # One pass over the transactions for the five tables: all are sums of this cube.
+            cube = costs.cost_cube(per_tx, outcomes=True).persist(StorageLevel.MEMORY_AND_DISK)
             try:
-                attempts = _write(service.attempts_histogram(outcomes), f"{out}/attempts")
-                reasons = _write(service.failure_reasons(outcomes), f"{out}/failure_reasons")
-            finally:
-                outcomes.unpersist()
-        with progress.step("stage latency percentiles"):
-            stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
-        with progress.step("fees, value moved and relayer spend"):
-            # One pass over the transactions for the three tables: all are sums of this cube.
-            cube = costs.cost_cube(per_tx).persist(StorageLevel.MEMORY_AND_DISK)
-            try:
-                fees = _write(costs.fees_hourly(cube), f"{out}/fees_hourly")
-                client_costs = _write(costs.client_costs(cube), f"{out}/client_costs")
-                spend = _write(costs.relayer_spend(cube), f"{out}/relayer_spend")
+                attempts = _write(service.attempts_histogram(cube), f"{out}/attempts")
+                reasons = _write(service.failure_reasons(cube), f"{out}/failure_reasons")
+                paid = costs.paid_cells(cube)
+                fees = _write(costs.fees_hourly(paid), f"{out}/fees_hourly")
+                client_costs = _write(costs.client_costs(paid), f"{out}/client_costs")
+                spend = _write(costs.relayer_spend(paid), f"{out}/relayer_spend")
             finally:
                 cube.unpersist()
+        with progress.step("stage latency percentiles"):
+            stages = _write(service.stage_latency(per_tx), f"{out}/stage_latency")
         with progress.step("anomaly scan"):
             found = find_anomalies(
                 per_tx,
@@ -131,7 +130,7 @@ def run_report(
                 "generated_at": utcnow().isoformat(sep=" ", timespec="seconds"),
                 "now": request.now.isoformat(sep=" ", timespec="seconds"),
                 "inputs": describe_inputs(jdbc, archive),
-                "totals": service.totals(hourly).as_dict(),
+                "totals": totals.as_dict(),
                 "stage_latency_ms": service.stage_summary(stages),
                 "top_failure_reasons": service.top_failure_reasons(reasons),
                 "attempts_histogram": service.attempts_overall(attempts),

@@ -77,16 +77,10 @@ def hourly(lifecycles: DataFrame) -> DataFrame:
     return grouped.select(*columns)
 
 
-def outcome_counts(lifecycles: DataFrame) -> DataFrame:
-    """Transactions per group × attempts × status × failure reason: small (a few rows per
-    group), and both the attempts histogram and the failure reasons are sums over it."""
-    return lifecycles.groupBy(*GROUP, "attempts", "status", "failure_reason").agg(
-        F.count(F.lit(1)).alias("transactions")
-    )
-
-
 def attempts_histogram(outcomes: DataFrame) -> DataFrame:
-    """How many transactions took each number of executor attempts, per group."""
+    """How many transactions took each number of executor attempts, per group, from counts of
+    transactions per group × attempts × status × failure reason (``costs.cost_cube`` with
+    ``outcomes``: a few rows per group, built in the pass that counts the costs)."""
     return outcomes.groupBy(*GROUP, "attempts").agg(F.sum("transactions").alias("transactions"))
 
 
