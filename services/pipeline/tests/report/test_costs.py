@@ -35,6 +35,13 @@ FEE_A2 = 21_000 * (10**15 + 1)
 FEE_A3 = 50_000 * 20 * 10**9
 FEE_B = 100_000 * 10**9
 SPIKE_BASE = 10**15
+# The lifecycle columns a cost cube reads; a fee that fits DECIMAL(38,0) once, not twice.
+CUBE_INPUT = (
+    "hour timestamp, type string, speed string, client_id string, relayer string, "
+    "status string, gas_used long, fee_wei decimal(38,0), value_wei decimal(38,0), "
+    "amount_unreadable boolean"
+)
+HUGE = Decimal(6 * 10**37)
 
 
 def _cost(relayer: str | None, gas: int, price: int, block: int = 24_000_000) -> dict:
@@ -231,12 +238,7 @@ def test_a_sum_past_10_to_the_38_is_null_and_so_is_every_total_over_it(spark):
     """DECIMAL(38,0) holds 10^38 − 1 wei: past it a sum is NULL, never wrapped or rounded."""
     from relay_pipeline.report import costs
 
-    schema = (
-        "hour timestamp, type string, speed string, client_id string, relayer string, "
-        "status string, gas_used long, fee_wei decimal(38,0), value_wei decimal(38,0), "
-        "amount_unreadable boolean"
-    )
-    huge = Decimal(6 * 10**37)
+    schema, huge = CUBE_INPUT, HUGE
     rows = [
         (T0, "direct", "fast", "client-a", "relayer-1", "confirmed", 21_000, huge, None, False),
         (T0, "direct", "fast", "client-a", "relayer-1", "confirmed", 21_000, huge, None, False),
@@ -279,7 +281,7 @@ def test_the_cube_with_outcomes_gives_the_same_cost_tables(spark):
         "status string, attempts int, failure_reason string, gas_used long, "
         "fee_wei decimal(38,0), value_wei decimal(38,0), amount_unreadable boolean"
     )
-    huge = Decimal(6 * 10**37)
+    huge = HUGE
     a, b, c = "client-a", "client-b", "client-c"
     r1, r2, late, x = "relayer-1", "relayer-2", "valid_until passed", Decimal
     h0, h1, fast, avg = T0, T0 + HOUR, "fast", "average"
@@ -315,12 +317,7 @@ def test_a_total_past_10_to_the_38_over_parts_that_each_fit_is_null(spark):
     parts; the total used to take the first for the second)."""
     from relay_pipeline.report import costs
 
-    schema = (
-        "hour timestamp, type string, speed string, client_id string, relayer string, "
-        "status string, gas_used long, fee_wei decimal(38,0), value_wei decimal(38,0), "
-        "amount_unreadable boolean"
-    )
-    huge = Decimal(6 * 10**37)
+    schema, huge = CUBE_INPUT, HUGE
     rows = [
         (T0 + n * HOUR, "direct", "fast", "client-z", "relayer-1", "confirmed", 21_000, huge,
          huge, False)
