@@ -39,7 +39,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from report_bench import _label, _loadavg, _recreate, _tree_rss_bytes
+from report_bench import _label, _loadavg, _recreate, _server, _tree_rss_bytes
 from sqlalchemy.engine import make_url
 
 from relay_pipeline.history.window import utcnow
@@ -126,12 +126,14 @@ def _report(
     out: Path,
     archive: Path | None,
     driver_memory: str,
+    archive_only: bool = False,
 ) -> dict[str, Any]:
     since, until = window
     command = _pipeline(
         "report", "--database-url", database_url, "--since", since.isoformat(),
         "--until", until.isoformat(), "--now", until.isoformat(), "--out", str(out),
         *(["--archive", str(archive)] if archive is not None else []),
+        *(["--archive-only"] if archive_only else []),
         *_spark_args(driver_memory),
     )  # fmt: skip
     record = _measured(command, out.with_suffix(".log"))
@@ -194,17 +196,45 @@ def prepare(rows: int, server_url: str, driver_memory: str, reference: bool) -> 
     return work
 
 
-def measure(work: Path, server_url: str, results: Path) -> dict[str, Any]:
-    """The timed reports over a prepared work directory (once: it adds a day to the tail)."""
+def _server_settings(server_url: str) -> dict[str, Any]:
+    """What of the database server's configuration moves these figures (the archive's deletes
+    and the JDBC reads): its buffer pool above all, which MariaDB's packages leave at 128 MiB."""
+    conn = _server(server_url)
+    try:
+        with conn.cursor() as cursor:
+            cursor.execute(
+                "SELECT @@version, @@innodb_buffer_pool_size, @@innodb_flush_log_at_trx_commit"
+            )
+            version, pool, flush = cursor.fetchone()
+    finally:
+        conn.close()
+    return {
+        "version": version,
+        "innodb_buffer_pool_size_mib": int(pool) // 2**20,
+        "innodb_flush_log_at_trx_commit": int(flush),
+    }
+
+
+def measure(
+    work: Path, server_url: str, results: Path, archive_only: bool = False
+) -> dict[str, Any]:
+    """The timed reports over a prepared work directory (once: it adds a day to the tail).
+
+    ``archive_only``: the first and warm reports read the archive alone (``--archive-only``),
+    and there is no re-run; for an archive whose run was stopped before its deletes."""
     record = json.loads((work / "bench.json").read_text())
+    record["database_server"] = _server_settings(server_url)
     rows, driver_memory = record["rows"], record["driver_memory"]
     _, database_url = _urls(server_url, rows)
     archive = work / "archive"
     shutil.rmtree(archive / "_derived", ignore_errors=True)
     end = datetime.fromisoformat(record["history_end"])
     month = (end - timedelta(days=DAYS), end)
-    record["first"] = _report(database_url, month, work / "first", archive, driver_memory)
-    record["warm"] = _report(database_url, month, work / "warm", archive, driver_memory)
+    for run in ("first", "warm"):
+        record[run] = _report(database_url, month, work / run, archive, driver_memory, archive_only)
+    if archive_only:
+        record["archive_only"] = True
+        return _written(record, work, results, "-archive-only")
 
     next_end = end + timedelta(days=1)
     record["add_day_seed"] = _plain(
@@ -221,6 +251,11 @@ def measure(work: Path, server_url: str, results: Path) -> dict[str, Any]:
         differs = _differences(record["reference_database_only"], record["first"])
         record["first_equals_database_only"] = not differs
         record["first_differs_in"] = differs
+    return _written(record, work, results)
+
+
+def _written(record: dict[str, Any], work: Path, results: Path, suffix: str = "") -> dict[str, Any]:
+    archive = work / "archive"
     record["derived_bytes"] = sum(
         p.stat().st_size for p in (archive / "_derived").rglob("*") if p.is_file()
     )
@@ -228,12 +263,14 @@ def measure(work: Path, server_url: str, results: Path) -> dict[str, Any]:
         p.stat().st_size for p in archive.rglob("*") if p.is_file() and "_derived" not in p.parts
     )
     results.mkdir(parents=True, exist_ok=True)
-    path = results / f"pipeline-archive-report-{_label(rows)}.json"
+    path = results / f"pipeline-archive-report-{_label(record['rows'])}{suffix}.json"
     path.write_text(json.dumps(record, indent=2) + "\n")
+    runs = [(name, record[name]) for name in ("first", "warm", "rerun") if name in record]
     sys.stdout.write(
-        f"{path}: seed {record['seed']['wall_s']} s, archive {record['archive']['wall_s']} s, "
-        f"first {record['first']['wall_s']} s, warm {record['warm']['wall_s']} s, "
-        f"re-run {record['rerun']['wall_s']} s\n"
+        f"{path}: seed {record['seed']['wall_s']} s, archive "
+        f"{record.get('archive', {}).get('wall_s')} s, "
+        + ", ".join(f"{name} {run['wall_s']} s" for name, run in runs)
+        + "\n"
     )
     return record
 
@@ -260,6 +297,12 @@ def main() -> int:
         help="skip the database-only report of the month before archiving",
     )
     parser.add_argument("--keep", action="store_true", help="keep the archive and reports")
+    parser.add_argument(
+        "--archive-only",
+        action="store_true",
+        help="measure: the first and warm reports from the archive alone, no re-run (an "
+        "archive whose run was stopped before its deletes)",
+    )
     args = parser.parse_args()
     if args.phase == "measure":
         if not args.work:
@@ -270,7 +313,7 @@ def main() -> int:
         sys.stdout.write(f"prepared {work}\n")
         if args.phase == "prepare":
             return 0
-    measure(work, args.server, Path(args.results))
+    measure(work, args.server, Path(args.results), args.archive_only)
     if not args.keep:
         shutil.rmtree(work, ignore_errors=True)
     return 0

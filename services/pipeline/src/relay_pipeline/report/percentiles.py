@@ -40,7 +40,13 @@ class Ranked:
 
 
 def _samples(frame: DataFrame, columns: Sequence[str]) -> DataFrame:
-    pairs = F.array(*(F.struct(F.lit(c).alias("column"), F.col(c).alias("value")) for c in columns))
+    # A sample's column is its index in ``columns``: a small int to hash and shuffle, not a name.
+    pairs = F.array(
+        *(
+            F.struct(F.lit(i).alias("column"), F.col(c).alias("value"))
+            for i, c in enumerate(columns)
+        )
+    )
     return (
         frame.select(F.explode(pairs).alias("s"))
         .where(F.col("s.value").isNotNull())
@@ -55,7 +61,7 @@ def ranked_percentiles(
     ⌈k·n / 10 000⌉ (None without samples)."""
     counts: dict[str, list[tuple[int, int]]] = {c: [] for c in columns}
     for row in _samples(frame, columns).groupBy("column", "bucket").count().collect():
-        counts[row["column"]].append((int(row["bucket"]), int(row["count"])))
+        counts[columns[row["column"]]].append((int(row["bucket"]), int(row["count"])))
 
     # (column, bucket) → [(label, rank inside the bucket)]
     wanted: dict[tuple[str, int], list[tuple[str, int]]] = {}
@@ -78,15 +84,18 @@ def ranked_percentiles(
         c: {label: None for label, _ in per_10k} for c in columns
     }
     if wanted:
+        index = {c: i for i, c in enumerate(columns)}
         chosen = reduce(
             lambda a, b: a | b,
-            ((F.col("column") == c) & (F.col("bucket") == b) for c, b in wanted),
+            ((F.col("column") == index[c]) & (F.col("bucket") == b) for c, b in wanted),
         )
         position = F.row_number().over(Window.partitionBy("column", "bucket").orderBy("value"))
         answer = reduce(
             lambda a, b: a | b,
             (
-                (F.col("column") == c) & (F.col("bucket") == b) & (F.col("position") == inside)
+                (F.col("column") == index[c])
+                & (F.col("bucket") == b)
+                & (F.col("position") == inside)
                 for (c, b), ranks in wanted.items()
                 for _, inside in ranks
             ),
@@ -99,7 +108,7 @@ def ranked_percentiles(
             .collect()
         )
         by_position = {
-            (r["column"], int(r["bucket"]), int(r["position"])): r["value"] for r in rows
+            (columns[r["column"]], int(r["bucket"]), int(r["position"])): r["value"] for r in rows
         }
         for (column, bucket), ranks in wanted.items():
             for label, inside in ranks:
