@@ -234,7 +234,7 @@ def measure(
         record[run] = _report(database_url, month, work / run, archive, driver_memory, archive_only)
     if archive_only:
         record["archive_only"] = True
-        return _written(record, work, results, "-archive-only")
+        return _written(record, work, results)
 
     next_end = end + timedelta(days=1)
     record["add_day_seed"] = _plain(
@@ -254,8 +254,9 @@ def measure(
     return _written(record, work, results)
 
 
-def _written(record: dict[str, Any], work: Path, results: Path, suffix: str = "") -> dict[str, Any]:
+def _written(record: dict[str, Any], work: Path, results: Path) -> dict[str, Any]:
     archive = work / "archive"
+    suffix = "-archive-only" if record.get("archive_only") else ""
     record["derived_bytes"] = sum(
         p.stat().st_size for p in (archive / "_derived").rglob("*") if p.is_file()
     )

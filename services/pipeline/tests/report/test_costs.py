@@ -276,10 +276,9 @@ def test_the_cube_with_outcomes_gives_the_same_cost_tables(spark):
 
     from relay_pipeline.report import costs
 
-    schema = (
-        "hour timestamp, type string, speed string, client_id string, relayer string, "
-        "status string, attempts int, failure_reason string, gas_used long, "
-        "fee_wei decimal(38,0), value_wei decimal(38,0), amount_unreadable boolean"
+    # The cube's input with the outcome columns.
+    schema = CUBE_INPUT.replace(
+        "status string,", "status string, attempts int, failure_reason string,"
     )
     huge = HUGE
     a, b, c = "client-a", "client-b", "client-c"
