@@ -308,6 +308,30 @@ async def test_concurrent_webhooks_for_many_transactions_share_batches(
         assert writer.batches < writer.deliveries
 
 
+async def test_webhooks_arriving_apart_wait_for_each_other(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, way: str
+) -> None:
+    """Three transactions' webhooks arriving 30 ms apart, as a busy executor sends them,
+    share batches: a writer that takes the first waits for company rather than
+    committing it alone. Two writers: at most two batches. (The wait made long here, so that
+    a slow machine's scheduling cannot spread the three past it.)"""
+    if way != "batched":
+        pytest.skip("one at a time, each webhook is its own transaction")
+    writer = runtime.webhooks
+    assert writer is not None
+    writer.linger_s = 0.25
+    rows = [await _submitted_tx(client, runtime, api_key) for _ in range(3)]
+    batches = writer.batches
+    posts = []
+    for _, executor_id in rows:
+        body = update_event(executor_id, "submitted", hash=HASH_1)
+        posts.append(asyncio.create_task(_post(client, body)))
+        await asyncio.sleep(0.03)
+    answers = await asyncio.gather(*posts)
+    assert [a.json() for a in answers] == [{"status": "applied"}] * 3
+    assert writer.batches - batches <= 2
+
+
 async def test_a_row_moved_under_its_batch_is_decided_again_from_the_new_one(
     client: httpx.AsyncClient,
     runtime: Runtime,
