@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from relay_core import controls
+from relay_core.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -178,7 +179,7 @@ class Deleter:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._pending.join(), timeout_s)
         if self._task is not None:
-            self._task.cancel()
+            await cancel_all([self._task])
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
         for task in list(self._flushing):  # past the timeout: the messages simply come back

@@ -48,6 +48,7 @@ from relay_core import evm, tracing
 from relay_core.db.models import Transaction
 from relay_core.queue import PoisonMessage, trace_attributes
 from relay_core.reconcile import Reconciler
+from relay_core.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -160,8 +161,7 @@ class Consumer:
         ]
         await self.stopping.wait()
         log.info("consumer.stopping", extra={"in_flight": len(self._work)})
-        for task in background:
-            task.cancel()
+        await cancel_all(background)
         await self.receiver.stop(pollers)
         if self._requeueing is not None:
             background.append(self._requeueing)

@@ -28,6 +28,7 @@ from relay_core import queue as queue_mod
 from relay_core.db.engine import create_engine, create_sessionmaker, fill_pool
 from relay_core.fees import FeeOracle
 from relay_core.relayers import ExecutorPool
+from relay_core.tasks import cancel_all
 from relay_wire.direct import DirectPool
 from relay_wire.resp import RespClient
 
@@ -177,6 +178,6 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
 
 
 async def _cancel(task: asyncio.Task[Any]) -> None:
-    task.cancel()
+    await cancel_all([task])
     with contextlib.suppress(asyncio.CancelledError):
         await task

@@ -43,6 +43,7 @@ from queue_consumer.notifications import repository
 from relay_core import apikeys, jsonutil
 from relay_core.db.models import Notification, utcnow
 from relay_core.netguard import AddressPolicy, RefusedDestination, sort_addresses
+from relay_core.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +120,7 @@ class Notifier:
         return self._http
 
     async def aclose(self) -> None:
-        for task in list(self._tasks):
-            task.cancel()
+        await cancel_all(list(self._tasks))
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._http is not None:
             await self._http.close()

@@ -33,6 +33,7 @@ from relay_core.db.transitions import (
     write_changes_direct,
 )
 from relay_core.statuses import is_terminal
+from relay_core.tasks import cancel_all
 from relay_core.views import status_entry
 from relay_wire.direct import DirectPool
 
@@ -76,8 +77,7 @@ class GroupCommit:
         if self._tasks:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._queue.join(), timeout_s)
-        for task in self._tasks:
-            task.cancel()
+        await cancel_all(self._tasks)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         while not self._queue.empty():  # nobody will write these: say so to their waiters

@@ -58,6 +58,7 @@ from typing import Any
 
 from queue_consumer.circuit import CircuitOpen, ExecutorGuard
 from relay_core.executor import ExecutorClient, ExecutorError, ExecutorTx
+from relay_core.tasks import cancel_all
 
 log = logging.getLogger(__name__)
 
@@ -161,7 +162,7 @@ class ExecutorLookup:
 
     async def aclose(self) -> None:
         if self._scanner is not None:
-            self._scanner.cancel()
+            await cancel_all([self._scanner])
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scanner
 

@@ -24,6 +24,7 @@ from relay_api.outbox import repository
 from relay_api.outbox.queue import WorkQueue
 from relay_core.db.models import utcnow
 from relay_core.queue import TransactionMessage
+from relay_core.tasks import cancel_all
 from relay_wire.direct import DirectPool
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ class Publisher:
             return
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(self._drained.wait(), timeout_s)
-        self._task.cancel()
+        await cancel_all([self._task])
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._task = None

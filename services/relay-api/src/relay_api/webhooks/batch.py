@@ -48,6 +48,7 @@ from relay_core.db.models import Transaction as Row
 from relay_core.db.transitions import Change, apply_written, write_changes_direct
 from relay_core.errors import BadRequest, NotFound
 from relay_core.statuses import is_terminal
+from relay_core.tasks import cancel_all
 from relay_core.tracking import UpstreamView, upstream_change
 from relay_core.views import status_entry
 from relay_wire.direct import DirectPool
@@ -102,8 +103,7 @@ class WebhookWriter:
                 await asyncio.wait_for(
                     asyncio.gather(*(queue.join() for queue in self._queues)), timeout_s
                 )
-        for task in self._tasks:
-            task.cancel()
+        await cancel_all(self._tasks)
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         for queue in self._queues:
