@@ -246,6 +246,19 @@ def _assert_same_figures(candidate: dict[str, Any], reference: dict[str, Any]) -
         assert candidate["summary"][key] == value, key
 
 
+def _spy_rows_except(monkeypatch: pytest.MonkeyPatch) -> list[set[str]]:
+    """The dates each ``ArchivedLifecycles.rows_except`` call leaves out, as they come."""
+    calls: list[set[str]] = []
+    real = derived.ArchivedLifecycles.rows_except
+
+    def spy(self: derived.ArchivedLifecycles, dates: set[str]) -> Any:
+        calls.append(set(dates))
+        return real(self, dates)
+
+    monkeypatch.setattr(derived.ArchivedLifecycles, "rows_except", spy)
+    return calls
+
+
 def _history(builder: HistoryBuilder) -> None:
     _ordinary_days(builder, range(6))
     _awkward(builder)
@@ -279,7 +292,7 @@ def test_report_over_archive_and_database_tail_equals_the_database_report(twin):
     assert twin.builds("hourly") == hourly_first
 
 
-def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(twin):
+def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(twin, monkeypatch):
     twin.add(_history)
     twin.archive_until(FIRST_CUTOFF)
     _assert_same_figures(twin.report("first", W1), twin.report("reference-w1", W1, reference=True))
@@ -296,7 +309,11 @@ def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(tw
     # stale and derived again; day 1 is untouched and reused; days 4 to 6 are new.
     twin.archive_until(SECOND_CUTOFF)
     assert twin.tail_rows() == 1  # the stuck one
+    left_out = _spy_rows_except(monkeypatch)
     _assert_same_figures(twin.report("after-second-archive", W2), reference_w2)
+    # Only the stuck one (day 1) is read from the database and no event lies outside W2's
+    # reach: the whole dates' files are not read again for the hourly table.
+    assert left_out == [{"2026-03-04", "2026-03-05", "2026-03-06", "2026-03-07"}]
     builds = twin.builds()
     assert builds["2026-03-03"] == derived_first["2026-03-03"]
     assert builds["2026-03-04"] != derived_first["2026-03-04"]
@@ -311,7 +328,11 @@ def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(tw
         "trail_mismatch" in row and "row is confirmed, last event is mined" in row
         for row in reference_w1["anomalies"]
     )
+    left_out.clear()
     _assert_same_figures(twin.report("w1-archived", W1), reference_w1)
+    # Day 3 is computed again for W1 (its late event), day 1 holds the stuck one: only day 2
+    # is whole and untouched.
+    assert left_out == [{"2026-03-04"}]
 
 
 def test_derived_dates_are_rebuilt_when_the_code_changes_or_a_file_is_missing(twin, monkeypatch):

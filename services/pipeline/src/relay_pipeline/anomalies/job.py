@@ -74,7 +74,7 @@ def write_anomalies(
     # One sorted file. Sorting within a single partition, not orderBy: a global sort first
     # samples its input in a pass of its own, i.e. a second scan of every transaction.
     anomalies.repartition(1).sortWithinPartitions(*ORDER).write.mode("overwrite").parquet(target)
-    written = anomalies.sparkSession.read.parquet(target)
+    written = anomalies.sparkSession.read.schema(anomalies.schema).parquet(target)  # no footer job
     counted = {
         row["kind"]: int(row["n"])
         for row in written.groupBy("kind").agg(F.count(F.lit(1)).alias("n")).collect()

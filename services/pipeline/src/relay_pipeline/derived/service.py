@@ -259,6 +259,39 @@ class ArchivedLifecycles:
     whole: list[Manifest]
     store: DerivedStore
     schema: StructType
+    window: Window
+    # The dates whose stored rows are read as they are (``whole`` among them).
+    exact: list[Manifest]
+
+    def rows_except(self, dates: set[str]) -> DataFrame:
+        """``rows`` without the stored rows of ``dates`` (whole dates), their files not read."""
+        if not dates:
+            return self.rows
+        return _window_rows(
+            self.rows.sparkSession,
+            self.store,
+            [m for m in self.exact if m.date not in dates],
+            self.held,
+            self.window,
+            self.schema,
+        )
+
+
+def _window_rows(
+    spark: SparkSession,
+    store: DerivedStore,
+    exact: list[Manifest],
+    computed: list[DataFrame],
+    window: Window,
+    schema: StructType,
+) -> DataFrame:
+    frames = list(computed)
+    stored = _stored(spark, store, exact, schema)
+    if stored is not None:
+        frames.insert(0, stored.where(_within("created_at", window)))
+    if not frames:  # every date left out: no rows, of the same columns
+        return spark.createDataFrame([], schema)
+    return _union(frames).select(*schema.fieldNames())
 
 
 def archived_lifecycles(
@@ -304,10 +337,8 @@ def archived_lifecycles(
             f"archive dates kept changing while their lifecycles were derived ({archive.path})"
         )
     reach = Window(window.since, window.until + lookahead)
-    frames, held = [], []
-    stored = _stored(spark, store, [m for m in ready if _exact(m, reach)], schema)
-    if stored is not None:
-        frames.append(stored.where(_within("created_at", window)))
+    exact = [m for m in ready if _exact(m, reach)]
+    held = []
     edge = [m for m in ready if not _exact(m, reach)]
     if edge:
         note(f"derived lifecycles: {len(edge)} date(s) with events outside the window's reach")
@@ -315,18 +346,17 @@ def archived_lifecycles(
             StorageLevel.MEMORY_AND_DISK
         )
         held.append(computed)
-        frames.append(computed)
-    if not frames:
+    if not held and not any(m.files for m in exact):
         return None
     whole = [
-        m
-        for m in ready
-        if _exact(m, reach) and window.since <= _day(m.date) and _day(m.date) + DAY <= window.until
+        m for m in exact if window.since <= _day(m.date) and _day(m.date) + DAY <= window.until
     ]
     return ArchivedLifecycles(
-        rows=_union(frames).select(*schema.fieldNames()),
+        rows=_window_rows(spark, store, exact, held, window, schema),
         held=held,
         whole=whole,
         store=store,
         schema=schema,
+        window=window,
+        exact=exact,
     )

@@ -81,7 +81,7 @@ def stored_table(archived: ArchivedLifecycles, name: str, table: Table) -> DataF
 
 
 def grouped_table(
-    rows: DataFrame,
+    rows_except: Callable[[set[str]], DataFrame],
     archived: ArchivedLifecycles | None,
     tail: DataFrame | None,
     name: str,
@@ -89,23 +89,35 @@ def grouped_table(
     group: Sequence[str],
 ) -> DataFrame:
     """``table(rows)``, with the groups of whole archived dates that ``tail`` (the lifecycles
-    not read from stored dates as they are) does not touch taken from the stored tables."""
+    not read from stored dates as they are) does not touch taken from the stored tables.
+    ``rows_except(dates)``: the window's lifecycles less the stored rows of those whole dates
+    (``rows_except(set())`` is all of them)."""
     stored = stored_table(archived, name, table) if archived is not None else None
     if stored is None or archived is None:
-        return table(rows)
-    whole = F.date_format("hour", "yyyy-MM-dd").isin([m.date for m in archived.whole])
+        return table(rows_except(set()))
+    whole_dates = {m.date for m in archived.whole}
+    whole = F.date_format("hour", "yyyy-MM-dd").isin(sorted(whole_dates))
     if tail is None:
-        rest = rows.where(~whole)
-    else:
-        # Renamed: the tail is part of ``rows``, and a join of a frame with its own columns
-        # would compare each column with itself.
-        touched = (
-            tail.select(*(F.col(c).alias(f"_touched_{c}") for c in group))
-            .distinct()
-            .withColumn("_touched", F.lit(True))
-        )
-        stored = stored.join(F.broadcast(touched), _same(group), "left_anti")
-        marked = rows.join(F.broadcast(touched), _same(group), "left")
-        rest = marked.where(~whole | F.col("_touched").isNotNull()).select(*rows.columns)
+        computed = table(rows_except(whole_dates).where(~whole))
+        return stored.select(*computed.columns).unionByName(computed)
+    # Renamed: the tail is part of the rows, and a join of a frame with its own columns
+    # would compare each column with itself.
+    touched = (
+        tail.select(*(F.col(c).alias(f"_touched_{c}") for c in group))
+        .distinct()
+        .withColumn("_touched", F.lit(True))
+    )
+    stored = stored.join(F.broadcast(touched), _same(group), "left_anti")
+    # A group lies within one hour: the rows of a whole date no touched group's hour falls on
+    # would all be left out below, so their files are not read at all.
+    untouched = whole_dates - _dates_of(touched) if "hour" in group else set()
+    rows = rows_except(untouched)
+    marked = rows.join(F.broadcast(touched), _same(group), "left")
+    rest = marked.where(~whole | F.col("_touched").isNotNull()).select(*rows.columns)
     computed = table(rest)
     return stored.select(*computed.columns).unionByName(computed)
+
+
+def _dates_of(touched: DataFrame) -> set[str]:
+    hours = touched.select(F.date_format("_touched_hour", "yyyy-MM-dd").alias("date")).distinct()
+    return {row["date"] for row in hours.collect()}

@@ -45,7 +45,12 @@ class WindowLifecycles:
     def grouped(self, name: str, table: Table, group: Sequence[str]) -> DataFrame:
         """``table(rows)`` for a table local to each ``group`` (see ``derived.tables``): the
         groups of whole archived dates the tail does not touch come from stored tables."""
-        return grouped_table(self.rows, self.archived, self.tail, name, table, group)
+        return grouped_table(self._rows_except, self.archived, self.tail, name, table, group)
+
+    def _rows_except(self, dates: set[str]) -> DataFrame:
+        if not dates or self.archived is None:
+            return self.rows
+        return _combined(self.database, self.archived.rows_except(dates))
 
     def read(self) -> int:
         """Read the database's part into memory now; how many transactions it holds."""
@@ -65,7 +70,6 @@ def window_lifecycles(
 ) -> WindowLifecycles:
     if jdbc is None and archive is None:
         raise ValueError("no input: give a database, an archive, or both")
-    parts: list[DataFrame] = []
     held: list[DataFrame] = []
     from_database = None
     if jdbc is not None:
@@ -73,32 +77,36 @@ def window_lifecycles(
             StorageLevel.MEMORY_AND_DISK
         )
         held.append(from_database)
-        parts.append(from_database)
     archived = None
     if archive is not None:
         lookahead = jdbc.event_lookahead if jdbc is not None else JdbcReader.event_lookahead
         archived = archived_lifecycles(archive, window, lookahead, note)
         if archived is not None:
             held += archived.held
-            rows = archived.rows
-            if from_database is not None:
-                # The tail is small next to the archive: its ids go to every task, so the
-                # archived rows are filtered where they are read, without a shuffle.
-                rows = rows.join(F.broadcast(from_database.select("id")), "id", "left_anti")
-            parts.append(rows)
-    if not parts:  # an archive without any date of the window, and no database
+    if from_database is None and archived is None:  # an archive without the window's dates
         spark = archive.spark  # type: ignore[union-attr]
-        parts.append(
-            lifecycles(
-                spark.createDataFrame([], TX_SCHEMA), spark.createDataFrame([], EVENT_SCHEMA)
-            )
+        rows = lifecycles(
+            spark.createDataFrame([], TX_SCHEMA), spark.createDataFrame([], EVENT_SCHEMA)
         )
-    rows = parts[0]
-    for part in parts[1:]:
-        rows = rows.unionByName(part)
+    else:
+        rows = _combined(from_database, archived.rows if archived is not None else None)
     tail = from_database
     for computed in archived.held if archived is not None else []:
         tail = computed if tail is None else tail.unionByName(computed)
     return WindowLifecycles(
         rows=rows, held=held, database=from_database, archived=archived, tail=tail
+    )
+
+
+def _combined(database: DataFrame | None, archived: DataFrame | None) -> DataFrame:
+    """The database's rows and the archived ones but those the database also has."""
+    if archived is None:
+        assert database is not None
+        return database
+    if database is None:
+        return archived
+    # The tail is small next to the archive: its ids go to every task, so the archived rows
+    # are filtered where they are read, without a shuffle.
+    return database.unionByName(
+        archived.join(F.broadcast(database.select("id")), "id", "left_anti")
     )
