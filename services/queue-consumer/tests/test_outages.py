@@ -82,9 +82,11 @@ async def test_rows_with_one_payload_never_share_an_executor_transaction(
     _in_doubt(database_url, ids)
     (reached,) = submit_to_stub(stub, [same])  # only one of the two attempts reached it
     await send_messages(sqs, queues[0], ids)
-    # One writer: both claims commit together, so both rows look up in one scan and both
-    # choose the same transaction; the unique index lets one have it.
-    consumer = await run_consumer(consumer_db_writers=1)
+    # One poller, one writer: both messages come in one receive and both claims commit
+    # together, so both rows look up in one scan and both choose the same transaction; the
+    # unique index lets one have it. (With several pollers the two may be received apart, the
+    # second looking up after the first adopted it: correct too, but not this race.)
+    consumer = await run_consumer(consumer_db_writers=1, consumer_pollers=1)
     await wait_until(lambda: status_counts(database_url) == {"submitted": 2}, 60, "both decided")
     count, entries = stub.ledger()
     assert count == 2  # one adopted, the other submitted afresh
