@@ -198,10 +198,12 @@ class Twin:
             return run_archive(self.spark, self.tail.db, request)
         return run_archive(self.spark, self.tail.db, request, checkpoint=checkpoint)
 
-    def report(self, name: str, window: Window, *, reference: bool = False) -> dict[str, Any]:
+    def report(
+        self, name: str, window: Window, *, reference: bool = False, archive_only: bool = False
+    ) -> dict[str, Any]:
         out = self.root / name
         db = self.full.db if reference else self.tail.db
-        jdbc = JdbcReader(self.spark, db, 2, 1000)
+        jdbc = None if archive_only else JdbcReader(self.spark, db, 2, 1000)
         archive = None if reference else ArchiveReader(self.spark, str(self.archive))
         request = ReportRequest(
             window=window,
@@ -313,6 +315,14 @@ def test_a_new_day_and_archive_runs_into_derived_dates_keep_the_figures_equal(tw
     _assert_same_figures(twin.report("after-second-archive", W2), reference_w2)
     # Only the stuck one (day 1) is read from the database and no event lies outside W2's
     # reach: the whole dates' files are not read again for the hourly table.
+    assert left_out == [{"2026-03-04", "2026-03-05", "2026-03-06", "2026-03-07"}]
+    # The archive alone over whole dates (no database, nothing computed again): every hourly
+    # group comes from the stored tables, and no date's lifecycles are read for them.
+    left_out.clear()
+    whole_days = Window(BASE + timedelta(days=2), BASE + timedelta(days=6))
+    alone = twin.report("archive-alone", whole_days, archive_only=True)
+    assert alone["summary"]["totals"]["accepted"] == 4 * 29 + 2  # days 2-5, two late finishers
+    assert alone["hourly"] == twin.report("reference-w3", whole_days, reference=True)["hourly"]
     assert left_out == [{"2026-03-04", "2026-03-05", "2026-03-06", "2026-03-07"}]
     builds = twin.builds()
     assert builds["2026-03-03"] == derived_first["2026-03-03"]
