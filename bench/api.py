@@ -69,6 +69,12 @@ class ApiServer:
             response.raise_for_status()
             return response.json()
 
+    async def loop_watch(self, on: bool) -> None:
+        """Start or stop the server's loop watch (bench.loopwatch) and its timer."""
+        async with httpx.AsyncClient(base_url=self.base_url, timeout=120) as http:
+            response = await http.post(f"/__bench/loop/{'start' if on else 'stop'}")
+            response.raise_for_status()
+
     async def ready(self, run: Run) -> bool:
         await run.wait_http(f"{self.base_url}/health", self.process)
         return True

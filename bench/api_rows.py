@@ -240,11 +240,14 @@ def batch_rows(batch: dict[str, Any] | None, judge: Judge) -> list[Row]:
         )
     )
     ratio = batch["batch_100_cpu_vs_single"]
+    rounds = batch.get("batch_100_vs_single_per_round")
+    shown = f"{ratio} ({', '.join(f'{r:g}' for r in rounds)})" if rounds else ratio
     out.append(
         Row(
             name,
-            "API CPU per transaction less the idle process's, batches of 100 / single requests",
-            ratio,
+            "API CPU per transaction less the idle process's, batches of 100 / single requests "
+            "(median of each round's; each round's)",
+            shown,
             "",
             None,
             "",

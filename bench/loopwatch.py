@@ -99,7 +99,9 @@ class LoopWatch:
 
 class LoopWatchMiddleware:
     """ASGI wrapper: starts a :class:`LoopWatch` with the server's lifespan and serves it at
-    ``GET /__bench/loop?since=<epoch seconds>`` and ``POST /__bench/loop/reset``."""
+    ``GET /__bench/loop?since=<epoch seconds>`` and ``POST /__bench/loop/reset``;
+    ``POST /__bench/loop/stop`` and ``/start`` stop and start its timer (200 wake-ups a
+    second: a CPU measurement of the process at a few requests a second stops it)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -111,6 +113,10 @@ class LoopWatchMiddleware:
         elif scope["type"] == "http" and scope["path"].startswith("/__bench/loop"):
             if scope["path"].endswith("/reset"):
                 self.watch.reset()
+            elif scope["path"].endswith("/stop"):
+                self.watch.stop()
+            elif scope["path"].endswith("/start"):
+                self.watch.start()
             query = parse_qs(scope.get("query_string", b"").decode())
             since = float(query["since"][0]) if "since" in query else None
             await send_json(send, self.watch.snapshot(since))

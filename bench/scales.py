@@ -39,7 +39,7 @@ class Scale:
     pickup: tuple[int, float]  # samples, rate
     fast_pickup: tuple[int, int, float] = (20_000, 100, 10.0)  # normal backlog, samples, rate
     fees: tuple[int, float, int] = (500, 10.0, 3)  # rate, seconds, rounds (each way)
-    batch: tuple[int, float, int] = (500, 10.0, 3)  # transactions/s, seconds, rounds (each shape)
+    batch: tuple[int, float, int] = (500, 10.0, 5)  # transactions/s, seconds, rounds (each shape)
     profile_rate: int | None = None
     parallel: bool = False
     notes: list[str] = field(default_factory=list)

@@ -59,11 +59,31 @@ async def test_a_batch_of_20_is_accepted_in_order_and_each_sent_to_the_queue(
         str(n) for n in range(1, 21)
     ]
     assert len({row.created_at for row in rows.values()}) == 1  # one statement
+    # only the accept's columns are written: the rest wait, NULL, for the consumer
+    assert all(row.claimed_by is None and row.hash is None for row in rows.values())
+    assert {(row.status, row.version, row.attempts) for row in rows.values()} == {("pending", 1, 0)}
     for _ in range(100):  # the publisher marks each row once its message is sent
         if all(row.enqueued_at is not None for row in (await _rows(runtime)).values()):
             break
         await asyncio.sleep(0.05)
     assert all(row.enqueued_at is not None for row in (await _rows(runtime)).values())
+
+
+def test_a_new_row_has_only_the_columns_the_accept_writes() -> None:
+    row = repository.new_row(client_id="c", type="direct", lane="fast")
+    assert set(row) == set(repository.NEW_COLUMNS)
+    assert (row["status"], row["version"], row["attempts"], row["lane"]) == (
+        "pending",
+        1,
+        0,
+        "fast",
+    )
+    # The consumer's columns are not a new row's: written here they would be dropped.
+    assert {"hash", "executor_tx_id", "claimed_by", "enqueued_at"}.isdisjoint(row)
+    with pytest.raises(TypeError, match="executor_tx_id"):
+        repository.new_row(client_id="c", type="direct", executor_tx_id="x")
+    with pytest.raises(TypeError, match="hash"):
+        repository.new_rows({"client_id": "c", "type": "direct"}, [{"hash": "0x"}])
 
 
 async def test_one_bad_item_refuses_the_batch_naming_its_index_and_writes_nothing(

@@ -75,7 +75,7 @@ class Spend:
     ) -> Spend:
         """From a stored (or about to be stored) request; ``fee_per_gas``: the most a unit of
         gas can cost at its speed, to work out ``fee``."""
-        if TxType(type_) == TxType.gasless:
+        if type_ == TxType.gasless:  # (a StrEnum: the stored type's text compares equal)
             fwd = request["request"]
             gas = int(fwd["gas"])
             # The forwarder's execute: the request's gas and the forwarder's own, at the
@@ -84,6 +84,8 @@ class Spend:
             fee = None if fee_per_gas is None else sent * fee_per_gas
             speed = str(request.get("speed") or "fast")
             return cls(TxType.gasless, str(fwd["to"]), int(fwd["value"]), gas, speed, fee)
+        if type_ != TxType.direct:
+            raise ValueError(f"{type_!r} is not a transaction type")
         named = request.get("gasLimit")
         gas_limit = int(named) if named else None
         return cls(

@@ -77,6 +77,29 @@ class TransactionMessage:
             lane=lane,
         )
 
+    @classmethod
+    def many(
+        cls,
+        transaction_ids: Sequence[str],
+        tx_type: TxType,
+        trace: Trace | None,
+        lanes: Sequence[str],
+        *,
+        timestamp: str,
+    ) -> list[TransactionMessage]:
+        """:meth:`new` for each of a batch's transactions, of one type and one request (its
+        trace and timestamp), on ``lanes``: the message ids from one read of the random
+        source, the trace's values worked out once."""
+        kind = TxType(tx_type)
+        request_id = None if trace is None else trace.request_id
+        traceparent = None if trace is None else trace.traceparent
+        return [
+            cls(transaction_id, kind, message_id, timestamp, request_id, traceparent, lane)
+            for transaction_id, message_id, lane in zip(
+                transaction_ids, ids.uuid4_many(len(transaction_ids)), lanes, strict=True
+            )
+        ]
+
     def body(self) -> str:
         return jsonutil.dumps(
             {

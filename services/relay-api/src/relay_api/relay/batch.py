@@ -6,7 +6,7 @@ sum from the daily budgets."""
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy.exc import IntegrityError
 
@@ -71,13 +71,11 @@ async def accept_batch(
     if not fresh:
         metrics.REPLAYED.inc()
         return [answer for answer in answers if answer is not None]
-    prices: dict[Any, int | None] = {}
+    prices = await service.fee_prices(caller, fees, (batch[index].request for index in fresh))
     spends = {}
     for index in fresh:
         new = batch[index]
-        spend = await service.spend_of(
-            caller, new.type, new.request, fees, forwarder_overhead, prices
-        )
+        spend = service.spend_at(new.type, new.request, prices, forwarder_overhead)
         try:
             caller.policy.check(spend)
         except policy.PolicyRefused as exc:
@@ -125,15 +123,13 @@ async def accept_batch(
     if committed:
         uow.on_rollback.remove(reserved.give_back)
     created = rfc3339(now) or ""
-    context = tracing.current()
-    lanes: Counter[str] = Counter()
-    for index, row in zip(fresh, rows, strict=True):
-        lane = batch[index].lane
-        uow.outbox.append(
-            TransactionMessage.new(row["id"], TxType.direct, context, lane, timestamp=created)
-        )
-        lanes[lane] += 1
-        answers[index] = service.Accepted(row["id"], created, replayed=False)
-    for lane, count in lanes.items():
+    row_ids = [row["id"] for row in rows]
+    lanes = [batch[index].lane for index in fresh]
+    uow.outbox.extend(
+        TransactionMessage.many(row_ids, TxType.direct, tracing.current(), lanes, timestamp=created)
+    )
+    for index, row_id in zip(fresh, row_ids, strict=True):
+        answers[index] = service.Accepted(row_id, created, replayed=False)
+    for lane, count in Counter(lanes).items():
         metrics.ACCEPTED.inc(TxType.direct.value, lane, amount=count)
     return [answer for answer in answers if answer is not None]

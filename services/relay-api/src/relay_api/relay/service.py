@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -112,18 +113,36 @@ async def spend_of(
     request: dict[str, Any],
     fees: FeeOracle | None,
     forwarder_overhead: int,
-    prices: dict[Any, int | None] | None = None,
 ) -> policy.Spend:
     """What a transaction of ``tx_type`` asking ``request`` asks of the wallet; with a fee
-    rule, at the highest price of its speed (a gasless request's is fast unless sped up),
-    asked once per speed of a batch (``prices`` keeps them)."""
-    fee_per_gas = None
-    if fees is not None and caller.policy.prices_fees:
+    rule, at the highest price of its speed (a gasless request's is fast unless sped up)."""
+    prices = await fee_prices(caller, fees, [request])
+    return spend_at(tx_type, request, prices, forwarder_overhead)
+
+
+async def fee_prices(
+    caller: Caller, fees: FeeOracle | None, requests: Iterable[dict[str, Any]]
+) -> dict[str, int | None] | None:
+    """The highest price of a unit of gas at each speed ``requests`` ask for, asked once per
+    speed; None when no rule of the caller's prices fees (then none is asked)."""
+    if fees is None or not caller.policy.prices_fees:
+        return None
+    prices: dict[str, int | None] = {}
+    for request in requests:
         speed = request.get("speed") or "fast"
-        prices = {} if prices is None else prices
         if speed not in prices:
             prices[speed] = await fees.max_fee_per_gas(speed)
-        fee_per_gas = prices[speed]
+    return prices
+
+
+def spend_at(
+    tx_type: TxType | str,
+    request: dict[str, Any],
+    prices: dict[str, int | None] | None,
+    forwarder_overhead: int,
+) -> policy.Spend:
+    """:func:`spend_of` with the prices asked already (:func:`fee_prices`)."""
+    fee_per_gas = None if prices is None else prices[request.get("speed") or "fast"]
     return policy.Spend.of(
         tx_type, request, fee_per_gas=fee_per_gas, forwarder_overhead=forwarder_overhead
     )
