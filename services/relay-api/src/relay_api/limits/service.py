@@ -233,8 +233,12 @@ class RateLimiter:
         self, subject: str, limit: Limit, now: float, *, least: int = 1, kept: int = 0
     ) -> Decision:
         """Lease tokens from the bucket and spend ``least`` of them (with the ``kept`` tokens
-        of the lease it replaces, which are spent first)."""
-        wanted = max(least, min(MAX_LEASE, math.ceil(limit.rate * 0.05), limit.burst // 4))
+        of the lease it replaces, which are spent first). A lease's worth is asked for beside
+        what is spent, less the one a single request spends itself: a batch leaves a lease
+        behind it as a single request does, and the request after it (a batch's own first
+        token, say) is served from memory, not by a call of its own."""
+        lease = max(1, min(MAX_LEASE, math.ceil(limit.rate * 0.05), limit.burst // 4))
+        wanted = least + lease - 1
         try:
             self.redis_calls += 1
             assert self._script is not None
