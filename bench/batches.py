@@ -43,14 +43,11 @@ async def batch_sizes(
             for size in (1, 10, 100)
         },
     }
-    measured: dict[str, list[dict[str, float]]] = {shape: [] for shape in shapes}
     # The benchmark's own loop watch wakes the process 200 times a second: stopped while this
     # measures, it is not counted in the idle process nor in any shape.
     await server.loop_watch(False)
     try:
-        return await _measure(
-            server, run, shapes, measured, tx_rate, duration_s, rounds, profile_dir
-        )
+        return await _measure(server, run, shapes, tx_rate, duration_s, rounds, profile_dir)
     finally:
         await server.loop_watch(True)
 
@@ -59,12 +56,12 @@ async def _measure(
     server: ApiServer,
     run: Run,
     shapes: dict[str, tuple[str, str, int]],
-    measured: dict[str, list[dict[str, float]]],
     tx_rate: int,
     duration_s: float,
     rounds: int,
     profile_dir: Path | None,
 ) -> dict[str, Any]:
+    measured: dict[str, list[dict[str, float]]] = {shape: [] for shape in shapes}
     # What the process spends with nothing to do (its loop's timers, the publisher's and the
     # sweeper's wake-ups; the loop watch is stopped): at a hundredth of the requests it is
     # a good part of a batch's share, so it is stated apart. It moves with the machine's load,

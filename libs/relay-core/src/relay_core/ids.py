@@ -18,7 +18,7 @@ _VARIANT_OF = {digit: _VARIANT[int(digit, 16) & 3] for digit in "0123456789abcde
 def uuid4() -> str:
     """A random UUID (version 4) in its canonical form, as ``str(uuid.uuid4())``."""
     h = os.urandom(16).hex()
-    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT[int(h[16], 16) & 3]}{h[17:20]}-{h[20:]}"
+    return f"{h[:8]}-{h[8:12]}-4{h[13:16]}-{_VARIANT_OF[h[16]]}{h[17:20]}-{h[20:]}"
 
 
 def uuid4_many(count: int) -> list[str]:
