@@ -67,7 +67,7 @@ run: install tools chain $(if $(filter localstack,$(RELAY_LOCAL_SQS)),localstack
 # processes and servers it starts, so two cores carry three (13-15 -> 7-8 min here).
 TEST_WORKERS ?= 3
 
-TEST_SELECTION := not faults and not fuzz and not ops and not localstack and not readme
+TEST_SELECTION := not faults and not fuzz and not ops and not localstack and not readme and not cluster
 
 .PHONY: test
 test: install tools chain pipeline-deps ## run every test (needs MariaDB and Redis on 127.0.0.1; see DEVELOPERS.md)
@@ -82,6 +82,10 @@ test-faults: install tools chain ## the outage scenarios on the shipped defaults
 .PHONY: test-ops
 test-ops: install tools ## the operator's tools at scale on real processes (pause/drain/resume; a CI step)
 	$(UV) run --locked pytest -m ops tests -v
+
+.PHONY: test-cluster
+test-cluster: install pipeline-deps ## the pipeline's report and archive on a Spark standalone cluster against local[2] (~5 min; a CI step)
+	$(UV) run --locked pytest -m cluster services/pipeline/tests -v
 
 .PHONY: test-localstack
 test-localstack: install tools chain localstack ## the end-to-end tests, the DLQ redrive and make run on LocalStack (a CI step)

@@ -120,7 +120,7 @@ def test_only_a_local_or_loopback_master_keeps_the_driver_on_loopback(master, lo
     assert on_loopback(master) is loopback
 
 
-@pytest.mark.slow
+@pytest.mark.cluster
 @pytest.mark.timeout(600)
 def test_report_and_archive_on_a_standalone_cluster_equal_the_local_run(spark, tmp_path, capsys):
     began = time.monotonic()
