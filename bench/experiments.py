@@ -15,6 +15,9 @@ docs/performance.md ("Measured experiments").
 - ``accept_on_connection``: the accept routes' unit of work on an ``AsyncConnection`` instead
   of an ``AsyncSession`` (what the session's own transaction bookkeeping costs per request;
   ``--only accept``: the status route would check out a connection it does not use).
+- ``no_sqs_send``: the API's outbox "sends" without calling SQS (every message taken as sent,
+  its row marked enqueued as usual), to show what the SQS calls cost the API per transaction;
+  nothing reaches a queue, so only for the API's own scenarios (``--only batch``, ``accept``);
 - ``stage_times``: no change, a measurement: how long a consumer's messages spend in each
   stage (waiting for room, the receive, the batch's row load, each status write, the executor
   call), written to the consumer's log as ``bench.stage_times`` when it stops.
@@ -35,6 +38,7 @@ KNOWN = (
     "accept_on_connection",
     "no_rate_limit",
     "stage_times",
+    "no_sqs_send",
 )
 
 
@@ -67,6 +71,13 @@ def apply(names: set[str]) -> None:
             return limits.Decision(True, limit, limit.burst, 0.0, 0.0)
 
         limits.RateLimiter.take = allow  # type: ignore[method-assign]
+    if "no_sqs_send" in names:
+        from relay_api.outbox.queue import WorkQueue
+
+        async def sent(self: Any, messages: Any) -> set[str]:
+            return {message.transaction_id for message in messages}
+
+        WorkQueue.send = sent  # type: ignore[method-assign]
     if "accept_on_connection" in names:
         from relay_api import deps
         from relay_api.relay import endpoints
