@@ -84,7 +84,7 @@ test-ops: install tools ## the operator's tools at scale on real processes (paus
 	$(UV) run --locked pytest -m ops tests -v
 
 .PHONY: test-cluster
-test-cluster: install pipeline-deps ## the pipeline's report and archive on a Spark standalone cluster against local[2] (~5 min; a CI step)
+test-cluster: install pipeline-deps ## the pipeline's report and archive on a Spark standalone cluster against local[2] (~2-4 min; a CI step)
 	$(UV) run --locked pytest -m cluster services/pipeline/tests -v
 
 .PHONY: test-localstack
