@@ -112,7 +112,7 @@ async def test_after_a_429_storm_the_backlog_moves_within_10_s_at_80_percent_of_
     counts.notes.append(
         f"steady {before_rate:.0f}/s before and {after_rate:.0f}/s after, drained at "
         f"{drain_rate:.0f}/s ({drain_rate / steady_rate:.0%} of their mean), moving after "
-        f"{moving_after_s:.1f} s"
+        f"{moving_after_s:.1f} s; the steady measure after recovered in {again.recovery_s:.1f} s"
     )
     rig.record(counts)
     assert counts.clean, counts.line()
