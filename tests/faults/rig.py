@@ -26,7 +26,9 @@ from consumer_testkit import process_env, rows, seed_rows, set_rows, sync_engine
 from sqlalchemy import text, update
 
 from relay_core.db.models import Transaction, utcnow
-from relay_core.queue import TransactionMessage, send_batch
+from relay_core.queue import TransactionMessage, pack, send_batch, send_packed
+from relay_core.statuses import TxType
+from relay_core.tracing import Trace
 from relay_testkit import Stub, new_api_key, stop_processes, unfinished, wait_http
 
 DEAD = "0x000000000000000000000000000000000000dEaD"
@@ -238,11 +240,25 @@ async def send_to_lanes(
     database_url: str,
     ids: list[str],
     lane: dict[str, str] | None = None,
+    *,
+    packed: bool = False,
 ) -> None:
-    """Each row's message to its own lane's queue (``lane``: each row's, if known)."""
+    """Each row's message to its own lane's queue (``lane``: each row's, if known); with
+    ``packed``, each lane's rows as one batch request's are sent: ten to a message
+    (relay_core.queue.pack), ten messages a call."""
     lane = lane or lanes_of(database_url)
     for name, (queue_url, _) in lanes.items():
         mine = [tx_id for tx_id in ids if lane.get(tx_id, "normal") == name]
+        if packed:
+            trace = Trace(f"rig-batch-{uuid.uuid4().hex[:12]}", "ab" * 16, "cd" * 8, sampled=True)
+            when = utcnow().isoformat(timespec="milliseconds") + "Z"
+            messages = TransactionMessage.many(
+                mine, TxType.direct, trace, [name] * len(mine), timestamp=when
+            )
+            groups = pack(messages)
+            for start in range(0, len(groups), 10):
+                await send_packed(sqs, queue_url, groups[start : start + 10])
+            continue
         for start in range(0, len(mine), 10):
             batch = mine[start : start + 10]
             messages = [TransactionMessage.new(tx_id, "direct", lane=name) for tx_id in batch]
@@ -255,9 +271,12 @@ async def feed(
     database_url: str,
     ids: list[str],
     rate: float,
+    *,
+    packed: bool = False,
 ) -> None:
-    """Send the messages of ``ids`` at ``rate`` per second (batches of 10) and mark the rows
-    enqueued, as the API's publisher does while clients keep coming."""
+    """Send the messages of ``ids`` at ``rate`` per second (batches of 10; ``packed``: each
+    ten as a batch request's, one message per lane) and mark the rows enqueued, as the API's
+    publisher does while clients keep coming."""
     interval = 10 / rate
     started = time.monotonic()
     lane = lanes_of(database_url)
@@ -265,7 +284,7 @@ async def feed(
     try:
         for n, start in enumerate(range(0, len(ids), 10)):
             batch = ids[start : start + 10]
-            await send_to_lanes(sqs, lanes, database_url, batch, lane)
+            await send_to_lanes(sqs, lanes, database_url, batch, lane, packed=packed)
             with engine.begin() as conn:
                 conn.execute(
                     update(Transaction)

@@ -78,15 +78,19 @@ async def _through_an_outage(
     outage_s: float,
     lead_s: float = 10,
     rate: float = 10,
+    packed: bool = False,
     **consumer_settings: Any,
 ) -> None:
     """500 transactions fed at ``rate`` per second through two consumers; the outage begins
-    ``lead_s`` into the traffic and lasts ``outage_s``."""
+    ``lead_s`` into the traffic and lasts ``outage_s``. ``packed``: each ten as a batch
+    request's (one message per lane, relay_core.queue.pack)."""
     started = time.monotonic()
     ids = _unsent(rig.database_url, 500, shape)
     for n in range(2):
         rig.processes.consumer(f"consumer-{n}", **consumer_settings)
-    traffic = asyncio.create_task(feed(sqs, rig.lanes, rig.database_url, ids, rate=rate))
+    traffic = asyncio.create_task(
+        feed(sqs, rig.lanes, rig.database_url, ids, rate=rate, packed=packed)
+    )
     await asyncio.sleep(lead_s)
     begin()
     await asyncio.sleep(outage_s)
@@ -121,6 +125,23 @@ async def test_executor_answering_429_for_60_s(rig: Rig, sqs: Any, shape: str) -
         lambda: rig.stub.faults(rate_limit_rate=1.0, rate_limit_after_s=2),
         rig.stub.faults,
         outage_s=60,
+    )
+
+
+async def test_executor_answering_429_for_60_s_to_a_batchs_packed_messages(
+    rig: Rig, sqs: Any
+) -> None:
+    # Each transaction of a packed message backs off on its own (a copy of its own message):
+    # none waits for another's back-off, none is run twice.
+    await _through_an_outage(
+        rig,
+        sqs,
+        "executor answering 429 for 60 s, packed messages",
+        "mixed",
+        lambda: rig.stub.faults(rate_limit_rate=1.0, rate_limit_after_s=2),
+        rig.stub.faults,
+        outage_s=60,
+        packed=True,
     )
 
 
@@ -226,12 +247,15 @@ async def test_api_sigkilled_under_load(rig: Rig, shape: str) -> None:
     await _judge(rig, "API SIGKILLed under load", shape, ids, started, ended)
 
 
-@FAST_AND_MIXED
-async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any, shape: str) -> None:
+async def _consumer_killed_under_way(
+    rig: Rig, sqs: Any, scenario: str, shape: str, *, packed: bool = False
+) -> None:
+    """1,000 transactions queued; the consumer working on them is SIGKILLed a third of the
+    way through and two others take over."""
     started = time.monotonic()
     rig.stub.faults(latency={"dist": "uniform", "min_ms": 100, "max_ms": 400}, scope="submit")
     ids = seed(rig.database_url, 1000, shape)
-    await send_to_lanes(sqs, rig.lanes, rig.database_url, ids)
+    await send_to_lanes(sqs, rig.lanes, rig.database_url, ids, packed=packed)
     first = rig.processes.consumer("consumer-0")
     await wait_until(lambda: rig.stub.ledger_count() >= 300, 60, "the first consumer under way")
     first.send_signal(signal.SIGKILL)
@@ -239,7 +263,19 @@ async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any, shape: str) -> N
     rig.processes.consumer("consumer-1")
     rig.processes.consumer("consumer-2")
     ended = utcnow()
-    await _judge(rig, "consumer SIGKILLed mid-batch", shape, ids, started, ended)
+    await _judge(rig, scenario, shape, ids, started, ended)
+
+
+@FAST_AND_MIXED
+async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any, shape: str) -> None:
+    await _consumer_killed_under_way(rig, sqs, "consumer SIGKILLed mid-batch", shape)
+
+
+async def test_consumer_sigkilled_amid_a_batchs_packed_messages(rig: Rig, sqs: Any) -> None:
+    # Packed messages taken by the killed consumer come back whole after their visibility
+    # timeout: what it had done is dropped by the rows' claims, the rest is done once.
+    scenario = "consumer SIGKILLed amid packed messages"
+    await _consumer_killed_under_way(rig, sqs, scenario, "mixed", packed=True)
 
 
 @FAST_AND_MIXED

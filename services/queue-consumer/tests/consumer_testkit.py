@@ -17,7 +17,8 @@ from sqlalchemy.engine import make_url
 
 from relay_core import jsonutil
 from relay_core.db.models import ApiClient, Transaction, TransactionEvent, utcnow
-from relay_core.queue import TransactionMessage, send_batch
+from relay_core.queue import TransactionMessage, pack, send_batch, send_packed
+from relay_core.statuses import TxType
 from relay_testkit import STUB_DEV_KEY, Stub
 
 __all__ = ["Stub"]
@@ -89,6 +90,20 @@ async def send_messages(
         assert len(sent) == len(messages[start : start + 10])
 
 
+async def send_packed_messages(
+    sqs: Any, queue_url: str, ids: list[str], trace: Any, tx_type: str = "direct"
+) -> int:
+    """``ids`` as one request's (``trace``'s) transactions are sent: packed ten to a message
+    (relay_core.queue.pack). Returns how many messages carried them."""
+    when = "2026-11-28T10:00:00.000Z"
+    kind = TxType(tx_type)
+    packed = pack(TransactionMessage.many(ids, kind, trace, ["normal"] * len(ids), timestamp=when))
+    for start in range(0, len(packed), 10):
+        sent = await send_packed(sqs, queue_url, packed[start : start + 10])
+        assert len(sent) == sum(len(group) for group in packed[start : start + 10])
+    return len(packed)
+
+
 def rows(database_url: str) -> list[dict[str, Any]]:
     engine = sync_engine(database_url)
     with engine.connect() as conn:
@@ -148,6 +163,27 @@ async def queue_depth(sqs: Any, queue_url: str) -> int:
         )
     )["Attributes"]
     return sum(int(value) for value in attributes.values())
+
+
+async def queue_empty(sqs: Any, queue_url: str) -> bool:
+    return await queue_depth(sqs, queue_url) == 0
+
+
+async def receive_some(sqs: Any, queue_url: str, expect: int = 1) -> list[Any]:
+    """Receive (and hide for a minute) until ``expect`` messages came, or 20 polls passed."""
+    found: list[Any] = []
+    for _ in range(20):
+        response = await sqs.receive_message(
+            QueueUrl=queue_url,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=1,
+            MessageAttributeNames=["All"],
+            VisibilityTimeout=60,
+        )
+        found.extend(response.get("Messages", []))
+        if len(found) >= expect:
+            break
+    return found
 
 
 def body_of(message: dict[str, Any]) -> dict[str, Any]:

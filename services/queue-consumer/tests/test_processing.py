@@ -13,6 +13,7 @@ from consumer_testkit import (
     body_of,
     events,
     queue_depth,
+    receive_some,
     rows,
     seed_rows,
     send_messages,
@@ -146,7 +147,7 @@ async def test_executor_4xx_fails_at_once_with_reason_and_one_dlq_message(
     assert row["attempts"] == 1
     assert "rejected" in row["error"]
     assert events(database_url)[-1]["source"] == "consumer.dlq"
-    dlq = await _receive(sqs, queues[1])
+    dlq = await receive_some(sqs, queues[1])
     assert len(dlq) == 1
     assert body_of(dlq[0])["transactionId"] == ids[0]
     assert dlq[0]["MessageAttributes"]["deadLetterKind"]["StringValue"] == "permanent"
@@ -167,7 +168,7 @@ async def test_poison_message_goes_to_the_dlq_and_the_consumer_keeps_going(
     ids = seed_rows(database_url, 2)
     await send_messages(sqs, queues[0], ids)
     await wait_until(lambda: status_counts(database_url) == {"submitted": 2}, 30, "still working")
-    dlq = await _receive(sqs, queues[1], expect=2)
+    dlq = await receive_some(sqs, queues[1], expect=2)
     reasons = sorted(m["MessageAttributes"]["deadLetterReason"]["StringValue"] for m in dlq)
     assert reasons == ["body is not JSON", "unknown schemaVersion 9"]
     assert {m["MessageAttributes"]["deadLetterKind"]["StringValue"] for m in dlq} == {"poison"}
@@ -261,19 +262,3 @@ async def test_reaper_returns_stale_claims_to_pending_for_the_sweeper(
     assert row["enqueued_at"] is None  # the API's sweeper will send it again
     assert row["claimed_by"] is None
     assert events(database_url, ids[0])[-1]["source"] == "reaper"
-
-
-async def _receive(sqs: Any, queue_url: str, expect: int = 1) -> list[Any]:
-    found: list[Any] = []
-    for _ in range(20):
-        response = await sqs.receive_message(
-            QueueUrl=queue_url,
-            MaxNumberOfMessages=10,
-            WaitTimeSeconds=1,
-            MessageAttributeNames=["All"],
-            VisibilityTimeout=60,
-        )
-        found.extend(response.get("Messages", []))
-        if len(found) >= expect:
-            break
-    return found

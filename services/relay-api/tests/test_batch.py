@@ -9,11 +9,12 @@ from typing import Any
 
 import httpx
 import pytest
-from api_testkit import DEAD, count_rows
+from api_testkit import DEAD, count_rows, receive_all
 from sqlalchemy import select
 
 from relay_api.relay import repository
 from relay_api.runtime import Runtime
+from relay_core import jsonutil
 from relay_core.db.models import Transaction
 
 BATCH = "/api/v1/relay/batch"
@@ -42,6 +43,30 @@ async def _admin_sets(client: httpx.AsyncClient, new_key: Any, **changes: Any) -
         "/api/v1/admin/clients/acme", json=changes, headers={"X-API-Key": admin}
     )
     assert response.status_code == 200, response.text
+
+
+async def test_a_batchs_transactions_reach_the_queue_packed_ten_to_a_message(
+    client: httpx.AsyncClient, runtime: Runtime, api_key: str, sqs: Any, queues: tuple[str, str]
+) -> None:
+    response = await _send(client, api_key, _items(25), **{"X-Request-Id": "batch-25"})
+    assert response.status_code == 202, response.text
+    ids = [result["transactionId"] for result in response.json()["results"]]
+    await runtime.publisher.stop()  # flushes what is buffered
+    messages = await receive_all(sqs, queues[0])
+    bodies = sorted(
+        (jsonutil.loads(m["Body"]) for m in messages), key=lambda b: len(b["transactionIds"])
+    )
+    # Three messages (one SendMessageBatch), not 25: 10, 10 and 5 of the batch's, in order.
+    assert [len(body["transactionIds"]) for body in bodies] == [5, 10, 10]
+    assert {body["schemaVersion"] for body in bodies} == {2}
+    assert sorted(tx for body in bodies for tx in body["transactionIds"]) == sorted(ids)
+    for body in bodies:
+        assert body["transactionIds"] == [tx for tx in ids if tx in body["transactionIds"]]
+    for message in messages:
+        attributes = message["MessageAttributes"]
+        assert "transactionId" not in attributes
+        assert attributes["requestId"]["StringValue"] == "batch-25"
+    assert all(row.enqueued_at is not None for row in (await _rows(runtime)).values())
 
 
 async def test_a_batch_of_20_is_accepted_in_order_and_each_sent_to_the_queue(

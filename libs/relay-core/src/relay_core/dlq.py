@@ -28,7 +28,10 @@ class DeadLetter:
     message_id: str
     receipt_handle: str
     body: str
-    transaction_id: str | None  # None: the body is not a transaction message
+    # The transactions its body names: one; several for a packed message (moved here by the
+    # redrive policy: the consumer dead-letters transactions one to a message); none when the
+    # body is not a transaction message.
+    transaction_ids: tuple[str, ...]
     kind: str | None  # deadLetterKind; None: moved by SQS's redrive (consumers died on it)
     reason: str | None
     receive_count: int | None  # receives before it was dead-lettered, where known
@@ -43,23 +46,28 @@ class DeadLetter:
             return str(value) if value is not None else None
 
         try:
-            transaction_id: str | None = TransactionMessage.parse(
-                message.get("Body", "")
-            ).transaction_id
+            named = tuple(
+                m.transaction_id for m in TransactionMessage.parse(message.get("Body", ""))
+            )
         except PoisonMessage:
-            transaction_id = None
+            named = ()
         count = attribute("receiveCount")
         sent = (message.get("Attributes") or {}).get("SentTimestamp")
         return cls(
             message_id=str(message["MessageId"]),
             receipt_handle=str(message["ReceiptHandle"]),
             body=str(message.get("Body", "")),
-            transaction_id=transaction_id,
+            transaction_ids=named,
             kind=attribute("deadLetterKind"),
             reason=attribute("deadLetterReason"),
             receive_count=int(count) if count is not None else None,
             sent_at=datetime.fromtimestamp(int(sent) / 1000, UTC) if sent else None,
         )
+
+    @property
+    def transaction_id(self) -> str | None:
+        """The one transaction it names; None for a packed message or none at all."""
+        return self.transaction_ids[0] if len(self.transaction_ids) == 1 else None
 
     @property
     def why(self) -> str:

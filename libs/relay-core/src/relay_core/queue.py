@@ -1,14 +1,29 @@
 """The SQS contract between relay-api (producer) and queue-consumer, and the client for it.
 
-Message body (``schemaVersion`` 1)::
+Message body, one transaction (``schemaVersion`` 1)::
 
     {"schemaVersion": 1, "messageId": "<uuid>", "transactionId": "<uuid>",
      "type": "direct"|"gasless", "timestamp": "<RFC 3339 UTC>"}
 
-The body names the transaction; the consumer reloads the row and decides from it, never from
-the message. The same fields are repeated as message attributes for routing and tracing, with
-the accepting request's ``requestId`` and W3C ``traceparent`` when it had them
-(``relay_core.tracing``).
+or several transactions of one request, packed (``schemaVersion`` 2: a batch's, at most
+:data:`MOST_PER_MESSAGE`, all of one type)::
+
+    {"schemaVersion": 2, "messageId": "<uuid>", "transactionIds": ["<uuid>", ...],
+     "type": "direct"|"gasless", "timestamp": "<RFC 3339 UTC>"}
+
+The body names the transactions; the consumer reloads each row and decides from it, never from
+the message. The same fields are repeated as message attributes for routing and tracing (a
+packed message has no ``transactionId`` attribute), with the accepting request's
+``requestId`` and W3C ``traceparent`` when it had them (``relay_core.tracing``).
+
+Why pack: SQS takes at most 10 messages per SendMessageBatch, so a batch of 100 transactions
+sent one per message costs ten calls, each an HTTP request, a signature and an answer to
+parse — a third of the API's CPU for the batch (docs/performance.md, issue 30) and ten times
+the SQS requests billed. Packed ten to a message, it is one call, one receive and one delete.
+The consumer unpacks a message into one piece of work per transaction; what is left to do
+for one of them (a back-off, a requeue, a dead letter) goes on in a message of its own
+(schema version 1), and the packed message is deleted once every transaction in it is
+settled (queue_consumer.stages.packed).
 """
 
 from __future__ import annotations
@@ -29,6 +44,9 @@ from relay_core.statuses import TxType
 from relay_core.tracing import Trace
 
 SCHEMA_VERSION = 1
+PACKED_SCHEMA_VERSION = 2
+# Transactions per packed message: a batch of 100 in ten messages, one SendMessageBatch.
+MOST_PER_MESSAGE = 10
 
 
 # Shared by every message's attributes (plain dicts: orjson and botocore take no other
@@ -37,6 +55,7 @@ _SCHEMA_VERSION_ATTRIBUTE = {"DataType": "Number", "StringValue": str(SCHEMA_VER
 _TYPE_ATTRIBUTES = {
     tx_type: {"DataType": "String", "StringValue": tx_type.value} for tx_type in TxType
 }
+_PACKED_VERSION_ATTRIBUTE = {"DataType": "Number", "StringValue": str(PACKED_SCHEMA_VERSION)}
 
 
 class PoisonMessage(ValueError):
@@ -125,25 +144,88 @@ class TransactionMessage:
         return attributes
 
     @classmethod
-    def parse(cls, body: str) -> TransactionMessage:
+    def parse(cls, body: str) -> list[TransactionMessage]:
+        """The transactions a body names: one (schema version 1) or a packed message's
+        (version 2, in its order, sharing its ``messageId``, type and timestamp)."""
         try:
             data = jsonutil.loads(body)
         except ValueError as exc:
             raise PoisonMessage("body is not JSON") from exc
         if not isinstance(data, dict):
             raise PoisonMessage("body is not a JSON object")
-        if data.get("schemaVersion") != SCHEMA_VERSION:
-            raise PoisonMessage(f"unknown schemaVersion {data.get('schemaVersion')!r}")
+        version = data.get("schemaVersion")
+        if version not in (SCHEMA_VERSION, PACKED_SCHEMA_VERSION):
+            raise PoisonMessage(f"unknown schemaVersion {version!r}")
         try:
-            transaction_id = str(uuid.UUID(str(data["transactionId"])))
-            return cls(
-                transaction_id=transaction_id,
-                type=TxType(data["type"]),
-                message_id=str(data["messageId"]),
-                timestamp=str(data["timestamp"]),
-            )
+            if version == SCHEMA_VERSION:
+                named = [data["transactionId"]]
+            else:
+                named = data["transactionIds"]
+                if not isinstance(named, list) or not 1 <= len(named) <= MOST_PER_MESSAGE:
+                    raise ValueError(
+                        f"transactionIds must be a list of 1-{MOST_PER_MESSAGE} transaction ids"
+                    )
+            transaction_ids = [str(uuid.UUID(str(name))) for name in named]
+            if len(set(transaction_ids)) != len(transaction_ids):
+                raise ValueError("transactionIds names a transaction twice")
+            kind = TxType(data["type"])
+            message_id, timestamp = str(data["messageId"]), str(data["timestamp"])
         except (KeyError, ValueError) as exc:
             raise PoisonMessage(f"missing or invalid field: {exc}") from exc
+        return [cls(tx_id, kind, message_id, timestamp) for tx_id in transaction_ids]
+
+
+def pack(messages: Sequence[TransactionMessage]) -> list[list[TransactionMessage]]:
+    """``messages`` (of one lane) as the messages to send: runs of one request's transactions
+    (the same type, trace and timestamp: a batch's) packed up to :data:`MOST_PER_MESSAGE` to
+    a message, every other one alone. The order is kept."""
+    packed: list[list[TransactionMessage]] = []
+    for message in messages:
+        last = packed[-1] if packed else None
+        if (
+            last is not None
+            and len(last) < MOST_PER_MESSAGE
+            and _same_request(last[0], message)
+            and message.request_id is not None  # a request's (a batch's), not the sweeper's
+        ):
+            last.append(message)
+        else:
+            packed.append([message])
+    return packed
+
+
+def _same_request(one: TransactionMessage, other: TransactionMessage) -> bool:
+    return (one.type, one.request_id, one.traceparent, one.timestamp) == (
+        other.type,
+        other.request_id,
+        other.traceparent,
+        other.timestamp,
+    )
+
+
+def packed_entry(index: int, messages: Sequence[TransactionMessage]) -> dict[str, Any]:
+    """The SendMessageBatch entry of one message carrying ``messages`` (:func:`pack`'s): a
+    single one's own body, several in one packed body."""
+    first = messages[0]
+    if len(messages) == 1:
+        return {
+            "Id": str(index),
+            "MessageBody": first.body(),
+            "MessageAttributes": first.attributes(),
+        }
+    body = jsonutil.dumps(
+        {
+            "schemaVersion": PACKED_SCHEMA_VERSION,
+            "messageId": first.message_id,
+            "transactionIds": [message.transaction_id for message in messages],
+            "type": first.type.value,
+            "timestamp": first.timestamp,
+        }
+    )
+    attributes = first.attributes()
+    del attributes["transactionId"]
+    attributes["schemaVersion"] = _PACKED_VERSION_ATTRIBUTE
+    return {"Id": str(index), "MessageBody": body, "MessageAttributes": attributes}
 
 
 def trace_attributes(message: dict[str, Any]) -> tuple[str | None, str | None]:
@@ -276,16 +358,22 @@ async def depths(sqs: Any, settings: InfraSettings) -> dict[str, dict[str, int] 
 
 
 async def send_batch(sqs: Any, queue_url: str, messages: Sequence[TransactionMessage]) -> set[str]:
-    """Send up to 10 messages in one call; return the transaction ids that SQS accepted."""
-    if not messages:
+    """Send up to 10 messages in one call, each its own; return the transaction ids that SQS
+    accepted."""
+    return await send_packed(sqs, queue_url, [[message] for message in messages])
+
+
+async def send_packed(
+    sqs: Any, queue_url: str, packed: Sequence[Sequence[TransactionMessage]]
+) -> set[str]:
+    """Send up to 10 messages (:func:`pack`'s) in one call; return the transaction ids that
+    SQS accepted (a packed message's all, or none of them)."""
+    if not packed:
         return set()
-    entries = [
-        {
-            "Id": str(index),
-            "MessageBody": message.body(),
-            "MessageAttributes": message.attributes(),
-        }
-        for index, message in enumerate(messages)
-    ]
+    entries = [packed_entry(index, messages) for index, messages in enumerate(packed)]
     response = await sqs.send_message_batch(QueueUrl=queue_url, Entries=entries)
-    return {messages[int(entry["Id"])].transaction_id for entry in response.get("Successful", [])}
+    return {
+        message.transaction_id
+        for entry in response.get("Successful", [])
+        for message in packed[int(entry["Id"])]
+    }

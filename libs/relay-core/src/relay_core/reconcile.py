@@ -219,10 +219,11 @@ class Reconciler:
         found: dict[str, str] = {}
 
         def note(letter: dlq.DeadLetter) -> bool:
-            if letter.transaction_id in wanted:
-                found[letter.transaction_id] = (
-                    letter.reason or "moved to the DLQ by the redrive policy"
-                )
+            for transaction_id in letter.transaction_ids:  # a packed message's each
+                if transaction_id in wanted:
+                    found[transaction_id] = (
+                        letter.reason or "moved to the DLQ by the redrive policy"
+                    )
             return len(found) == len(wanted)
 
         for _, dlq_url in self._lanes.values():

@@ -26,6 +26,7 @@ from queue_consumer.circuit import Circuit, CircuitBreaker, CircuitState
 from queue_consumer.lanes import Capacity, Lane
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages.claiming import Claims
+from queue_consumer.stages.packed import unpack
 from relay_core.db.models import Transaction
 from relay_core.queue import PoisonMessage, TransactionMessage
 
@@ -169,17 +170,26 @@ class Receiver:
         return messages
 
     async def _start_batch(self, lane: Lane, messages: list[dict[str, Any]]) -> None:
-        parsed = [parse(message) for message in messages]
+        # A packed message (several transactions of one request) is one piece of work per
+        # transaction, each with its own view of the message (stages.packed).
+        work: list[tuple[dict[str, Any], Body]] = []
+        for message in messages:
+            bodies = parse(message)
+            named = [body for body in bodies if isinstance(body, TransactionMessage)]
+            if len(named) > 1:
+                work.extend(zip(unpack(message, named), named, strict=True))
+            else:
+                work.append((message, bodies[0]))
         try:
             # One SELECT for the batch; each message still decides and claims on its own.
             snapshots = await self.claims.load_many(
-                [p.transaction_id for p in parsed if isinstance(p, TransactionMessage)]
+                [body.transaction_id for _, body in work if isinstance(body, TransactionMessage)]
             )
         except Exception as exc:  # each message loads its row itself and fails on its own
             log.warning("consumer.batch_load_failed", extra={"error": str(exc)})
             snapshots = {}
         admission = Admission()
-        for message, body in zip(messages, parsed, strict=True):
+        for message, body in work:
             # Each row object goes to one message: two copies of a message in one batch must
             # not share (and update) the same snapshot; the second loads its own.
             snapshot = (
@@ -218,8 +228,9 @@ class Receiver:
         await asyncio.gather(*pollers, return_exceptions=True)
 
 
-def parse(message: dict[str, Any]) -> Body:
+def parse(message: dict[str, Any]) -> list[Body]:
+    """The transactions a message names (several when packed), or why it names none."""
     try:
-        return TransactionMessage.parse(message.get("Body", ""))
+        return list(TransactionMessage.parse(message.get("Body", "")))
     except PoisonMessage as exc:
-        return exc
+        return [exc]

@@ -19,6 +19,7 @@ from queue_consumer.lanes import Lane
 from queue_consumer.retry import Action, Policy, plan_retry
 from queue_consumer.settings import ConsumerSettings
 from queue_consumer.stages.outcome import Outcome
+from queue_consumer.stages.packed import packed_of
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,10 @@ class Settler:
             attempts=outcome.attempts,
         )
         handle = message["ReceiptHandle"]
-        if plan.action is Action.delete:
+        packed = packed_of(message)
+        if packed is not None:  # one transaction of several: the last one settles them all
+            await packed.settled(self, lane, message, plan, outcome, receive_count)
+        elif plan.action is Action.delete:
             lane.deleter.add(handle)
         elif plan.action is Action.backoff:
             await self.set_visibility(lane, handle, plan.delay_s)
@@ -94,6 +98,20 @@ class Settler:
     async def _dead_letter(
         self, lane: Lane, message: dict[str, Any], outcome: Outcome, count: int
     ) -> None:
+        await self.send_dead_letter(lane, message, outcome, count, quiet=False)
+        lane.deleter.add(message["ReceiptHandle"])
+
+    async def send_dead_letter(
+        self,
+        lane: Lane,
+        message: dict[str, Any],
+        outcome: Outcome,
+        count: int,
+        *,
+        quiet: bool = True,
+    ) -> bool:
+        """A copy of ``message`` into the DLQ, with the reason; whether SQS took it (``quiet``:
+        False raises instead)."""
         attributes = dict(message.get("MessageAttributes") or {})
         attributes.update(
             {
@@ -112,16 +130,30 @@ class Settler:
                 },
             }
         )
-        await self.sqs.send_message(
-            QueueUrl=lane.dlq_url,
-            MessageBody=message.get("Body") or "<empty>",
-            MessageAttributes=attributes,
-        )
-        lane.deleter.add(message["ReceiptHandle"])
+        try:
+            await self.sqs.send_message(
+                QueueUrl=lane.dlq_url,
+                MessageBody=message.get("Body") or "<empty>",
+                MessageAttributes=attributes,
+            )
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.error("consumer.dead_letter_failed", extra={"error": str(exc)})
+            return False
+        return True
 
     async def _requeue(self, lane: Lane, message: dict[str, Any], delay_s: int) -> None:
         """The last allowed receive of a message that still has work: a fresh copy carries
         it on (delayed like a back-off), so SQS's redrive never takes a live transaction."""
+        if not await self.send_copy(lane, message, delay_s):
+            # Then the redrive takes it; the reconciler finds its row (docs/runbook.md).
+            await self.set_visibility(lane, message["ReceiptHandle"], delay_s)
+            return
+        lane.deleter.add(message["ReceiptHandle"])
+
+    async def send_copy(self, lane: Lane, message: dict[str, Any], delay_s: int) -> bool:
+        """A fresh copy of ``message`` into its queue, delayed; whether SQS took it."""
         try:
             await self.sqs.send_message(
                 QueueUrl=lane.queue_url,
@@ -130,11 +162,9 @@ class Settler:
                 DelaySeconds=delay_s,
             )
         except Exception as exc:
-            # Then the redrive takes it; the reconciler finds its row (docs/runbook.md).
             log.error("consumer.requeue_failed", extra={"error": str(exc)})
-            await self.set_visibility(lane, message["ReceiptHandle"], delay_s)
-            return
-        lane.deleter.add(message["ReceiptHandle"])
+            return False
+        return True
 
     def heartbeat(
         self, lane: Lane, message: dict[str, Any], touch: Callable[[], Awaitable[None]]

@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from relay_core.queue import TransactionMessage, send_batch
+from relay_core.queue import TransactionMessage, pack, send_packed
 
 
 class WorkQueue:
@@ -28,8 +28,9 @@ class WorkQueue:
         return found
 
     async def send(self, messages: Sequence[TransactionMessage]) -> set[str]:
-        """Send in batches of 10 to each message's lane, concurrently; return the transaction
-        ids SQS accepted.
+        """Send to each message's lane, a request's transactions packed up to ten to a message
+        (relay_core.queue.pack: a batch of 100 is ten messages), ten messages a call, the
+        calls concurrently; return the transaction ids SQS accepted.
 
         Raises when nothing could be sent because of an error (SQS down); a partial failure
         returns what was sent, and the rest is left to the sweeper.
@@ -37,11 +38,10 @@ class WorkQueue:
         by_lane: dict[str, list[TransactionMessage]] = defaultdict(list)
         for message in messages:
             by_lane[message.lane if message.lane in self._names else "normal"].append(message)
-        sends = [
-            self._send_chunk(lane, some[i : i + 10])
-            for lane, some in by_lane.items()
-            for i in range(0, len(some), 10)
-        ]
+        sends = []
+        for lane, some in by_lane.items():
+            packed = pack(some)
+            sends += [self._send_chunk(lane, packed[i : i + 10]) for i in range(0, len(packed), 10)]
         results = await asyncio.gather(*sends, return_exceptions=True)
         sent: set[str] = set()
         errors: list[BaseException] = []
@@ -54,11 +54,13 @@ class WorkQueue:
             raise errors[0]
         return sent
 
-    async def _send_chunk(self, lane: str, chunk: Sequence[TransactionMessage]) -> set[str]:
+    async def _send_chunk(
+        self, lane: str, chunk: Sequence[Sequence[TransactionMessage]]
+    ) -> set[str]:
         # A lane whose queue cannot be found fails alone; the other lane's sends go on.
         url = await self.url(lane)
         async with asyncio.timeout(self._timeout_s):  # no task of its own, as wait_for makes
-            return await send_batch(self._sqs, url, chunk)
+            return await send_packed(self._sqs, url, chunk)
 
     async def ping(self) -> None:
         url = await self.url()

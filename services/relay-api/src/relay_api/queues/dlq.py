@@ -293,6 +293,11 @@ async def _make_ready(
 ) -> tuple[Transaction | None, str]:
     """Mark the row enqueued again, for the consumer to decide afresh (see the module's
     docstring); (None, why) when it cannot be redriven."""
+    if len(letter.transaction_ids) > 1:
+        return None, (
+            f"a packed message of {len(letter.transaction_ids)} transactions "
+            f"({', '.join(letter.transaction_ids)}): the reconciler sends each of them again"
+        )
     if letter.transaction_id is None:
         return None, "not a transaction message"
     async with sessions() as session, session.begin():
