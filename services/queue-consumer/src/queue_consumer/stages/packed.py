@@ -11,18 +11,17 @@ acting on the shared handle. When the last of them is settled:
 * a transaction that is done (plan: delete) needs nothing more;
 * one with work left (a back-off, a requeue) goes on in a message of its own, sent with the
   plan's delay (at most SQS's 15 minutes; a back-off counts a transaction's own failed
-  attempts, not receives, so a fresh copy changes none of it: queue_consumer.retry);
+  attempts, not receives, so a fresh copy changes none of it: queue_consumer.retry). One that
+  failed unexpectedly (``error``, never requeued) goes on likewise: its copy is then a message
+  like any other, which SQS's redrive takes to the DLQ after its own receives (the packed one
+  is never made again, so its count starts over once at most);
 * one to dead-letter is sent to the DLQ in its own message, with the reason;
-* one that failed unexpectedly (``error``: a bug, never requeued) keeps the packed message,
-  which comes back after the shortest such back-off — on its last allowed receive it is
-  dead-lettered in its own message instead, so that SQS's redrive, which would move the whole
-  packed message, does not get to it;
 
-and then the packed message is deleted, unless one kept it (or a copy could not be sent: it
-comes back, and whatever was done is dropped by its row's claim). A view whose work ended
-without a plan (cancelled at shutdown, an unexpected error before settling) leaves the
-packed message to come back after its visibility timeout, every transaction in it looked at
-again. Nothing is lost and nothing runs twice: each row decides from its own state, as for
+and then the packed message is deleted, unless a copy could not be sent: then it comes back
+(as soon as that copy was due), and whatever was done is dropped by its row's claim. A view
+whose work ended without a plan (cancelled at shutdown, an unexpected error before settling)
+leaves the packed message to come back after its visibility timeout, every transaction in it
+looked at again. Nothing is lost and nothing runs twice: each row decides from its own state, as for
 duplicate messages."""
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from queue_consumer.retry import MAX_DELAY_S, Action, Failure, Plan
+from queue_consumer.retry import MAX_DELAY_S, Action, Plan
 from queue_consumer.stages.outcome import Outcome
 from relay_core.queue import TransactionMessage
 
@@ -61,7 +60,7 @@ class Packed:
     handle: str
     waiting: int
     abandoned: bool = False
-    keep_s: int | None = None  # keep the packed message, back after this long
+    keep_s: int | None = None  # keep the packed message (a copy not sent): back after this
     left: list[_Left] = field(default_factory=list)
 
     async def settled(
@@ -75,12 +74,7 @@ class Packed:
     ) -> None:
         """One transaction's plan (the settler's, for its view); the last one settles the
         packed message."""
-        if plan.action is Action.backoff and outcome.failure is Failure.error:
-            if receive_count < settler.policy.max_receive_count:
-                self._keep(plan.delay_s)
-            else:  # its last allowed receive: the DLQ, in a message of its own
-                self.left.append(_Left(view, plan, outcome, receive_count, dead_letter=True))
-        elif plan.action is not Action.delete:
+        if plan.action is not Action.delete:
             dead = plan.action is Action.dead_letter
             self.left.append(_Left(view, plan, outcome, receive_count, dead_letter=dead))
         await self._one_less(settler, lane)
