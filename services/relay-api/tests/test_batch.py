@@ -237,3 +237,30 @@ async def test_a_batch_written_by_another_request_after_the_look_up_is_answered_
     assert again.json() == first.json()
     assert len(calls) == 2  # the unique index refused the INSERT; the look-up ran again
     assert await count_rows(runtime) == 3
+
+
+class TestPackingOff:
+    """``RELAY_OUTBOX_PACK=false``: each transaction in a message of its own, as consumers
+    older than the release that reads packed messages expect (an upgrade's first step)."""
+
+    @pytest.fixture
+    def settings_overrides(self) -> dict[str, Any]:
+        return {"outbox_pack": False}
+
+    async def test_a_batchs_transactions_go_one_to_a_message(
+        self,
+        client: httpx.AsyncClient,
+        runtime: Runtime,
+        api_key: str,
+        sqs: Any,
+        queues: tuple[str, str],
+    ) -> None:
+        response = await _send(client, api_key, _items(12))
+        assert response.status_code == 202, response.text
+        ids = {result["transactionId"] for result in response.json()["results"]}
+        await runtime.publisher.stop()
+        messages = await receive_all(sqs, queues[0])
+        bodies = [jsonutil.loads(message["Body"]) for message in messages]
+        assert {body["schemaVersion"] for body in bodies} == {1}
+        assert {body["transactionId"] for body in bodies} == ids
+        assert len(bodies) == 12

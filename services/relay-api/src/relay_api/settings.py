@@ -83,6 +83,11 @@ class ApiSettings(InfraSettings):
         10.0, ge=0, description="a row is swept only when its direct send had this long to land"
     )
     outbox_sweep_batch: int = Field(100, ge=1, le=1000, description="rows per sweeper pass")
+    outbox_pack: bool = Field(
+        True,
+        description="send a batch's transactions ten to an SQS message (schema version 2); "
+        "false while consumers older than the release that reads them still run",
+    )
     sweeper_enabled: bool = Field(True, description="run the sweeper inside the API process")
 
     webhook_receipt_retention_s: float = Field(
