@@ -21,12 +21,11 @@ and then the packed message is deleted, unless a copy could not be sent: then it
 (as soon as that copy was due), and whatever was done is dropped by its row's claim. A view
 whose work ended without a plan (cancelled at shutdown, an unexpected error before settling)
 leaves the packed message to come back after its visibility timeout, every transaction in it
-looked at again. Nothing is lost and nothing runs twice: each row decides from its own state, as for
-duplicate messages."""
+looked at again. Nothing is lost and nothing runs twice: each row decides from its own state,
+as for duplicate messages."""
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -37,8 +36,6 @@ from relay_core.queue import TransactionMessage
 if TYPE_CHECKING:
     from queue_consumer.lanes import Lane
     from queue_consumer.stages.settling import Settler
-
-log = logging.getLogger(__name__)
 
 # The key of a view's shared state in its message dict (the consumer's own: never sent).
 PACKED = "relay.packed"
