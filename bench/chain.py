@@ -1,7 +1,7 @@
 """Chain mode, measured once: transactions confirmed per second through the whole system.
 
 ``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]
-[--relayers 1,4] [--rpc-latency-ms 0]``
+[--relayers 1,4] [--rpc-latency-ms 0] [--no-webhooks]``
 
 The API, one consumer and the relayer-stub in chain mode (signing and broadcasting on anvil,
 statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
@@ -16,6 +16,9 @@ distinct signers (each signer's first nonce), executed through the forwarder.
 ``--rpc-latency-ms`` has the stub wait that long before each of its calls to the node, as a
 hosted node's round trip would: on loopback a relayer's serial sender never waits, so one
 relayer is limited only by the machine's CPU, and a pool cannot show its gain.
+``--no-webhooks``: the executor sends none (an OZ Relayer with no notification configured);
+Relay then hears of each transaction from the executor's submit answer, its tracker and its
+receipt pass alone.
 Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
@@ -99,6 +102,7 @@ async def measure(
     block_time_s: float,
     relayers: int = 1,
     rpc_latency_ms: float = 0.0,
+    webhooks: bool = True,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
     async with Run.open(workdir, "ministack") as run:
@@ -116,9 +120,15 @@ async def measure(
                 STUB_CHAIN_POLL_INTERVAL_S="0.05",
                 STUB_CHAIN_RPC_LATENCY_MS=str(rpc_latency_ms),
                 STUB_LOG_LEVEL="WARNING",
-                STUB_WEBHOOK_URL=f"{api_url}/api/v1/webhooks/oz-relayer",
-                STUB_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
                 STUB_RELAYER_IDS=pool,
+                **(
+                    {
+                        "STUB_WEBHOOK_URL": f"{api_url}/api/v1/webhooks/oz-relayer",
+                        "STUB_WEBHOOK_SIGNING_KEY": WEBHOOK_KEY,
+                    }
+                    if webhooks
+                    else {}
+                ),
             )
             run.extra_stubs.append(stub)
             database_url = run.database("chain")
@@ -203,6 +213,7 @@ async def measure(
                     "mean": round(statistics.fmean(latencies), 3),
                 },
                 "relayers": relayers,
+                "webhooks": webhooks,
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
                 # Relay's own processes (the executor's webhooks and the tracker included)
                 "relay_cpu_ms_per_confirmed": round(
@@ -292,11 +303,23 @@ def main() -> int:
         help="pool sizes to measure one after the other in this run, e.g. 1,4 (the first is "
         "the base of the rates' ratio)",
     )
+    parser.add_argument(
+        "--no-webhooks",
+        action="store_true",
+        help="the executor sends no webhooks: Relay hears from its tracker and receipt pass",
+    )
     args = parser.parse_args()
     sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
     runs = [
         asyncio.run(
-            measure(args.transactions, args.kind, args.block_time, size, args.rpc_latency_ms)
+            measure(
+                args.transactions,
+                args.kind,
+                args.block_time,
+                size,
+                args.rpc_latency_ms,
+                webhooks=not args.no_webhooks,
+            )
         )
         for size in sizes
     ]
