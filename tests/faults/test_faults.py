@@ -128,8 +128,9 @@ async def test_executor_answering_429_for_60_s(rig: Rig, sqs: Any, shape: str) -
     )
 
 
+@EVERY_LANE
 async def test_executor_answering_429_for_60_s_to_a_batchs_packed_messages(
-    rig: Rig, sqs: Any
+    rig: Rig, sqs: Any, shape: str
 ) -> None:
     # Each transaction of a packed message backs off on its own (a copy of its own message):
     # none waits for another's back-off, none is run twice.
@@ -137,7 +138,7 @@ async def test_executor_answering_429_for_60_s_to_a_batchs_packed_messages(
         rig,
         sqs,
         "executor answering 429 for 60 s, packed messages",
-        "mixed",
+        shape,
         lambda: rig.stub.faults(rate_limit_rate=1.0, rate_limit_after_s=2),
         rig.stub.faults,
         outage_s=60,
@@ -271,11 +272,14 @@ async def test_consumer_sigkilled_mid_batch(rig: Rig, sqs: Any, shape: str) -> N
     await _consumer_killed_under_way(rig, sqs, "consumer SIGKILLed mid-batch", shape)
 
 
-async def test_consumer_sigkilled_amid_a_batchs_packed_messages(rig: Rig, sqs: Any) -> None:
+@FAST_AND_MIXED
+async def test_consumer_sigkilled_amid_a_batchs_packed_messages(
+    rig: Rig, sqs: Any, shape: str
+) -> None:
     # Packed messages taken by the killed consumer come back whole after their visibility
     # timeout: what it had done is dropped by the rows' claims, the rest is done once.
     scenario = "consumer SIGKILLed amid packed messages"
-    await _consumer_killed_under_way(rig, sqs, scenario, "mixed", packed=True)
+    await _consumer_killed_under_way(rig, sqs, scenario, shape, packed=True)
 
 
 @FAST_AND_MIXED

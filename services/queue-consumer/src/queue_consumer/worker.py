@@ -35,7 +35,6 @@ from queue_consumer.stages import outcome as outcomes
 from queue_consumer.stages.claiming import Claims
 from queue_consumer.stages.gates import NonceTurn, SpendGate
 from queue_consumer.stages.outcome import Outcome
-from queue_consumer.stages.packed import packed_of
 from queue_consumer.stages.receiving import Admission, Body, Receiver
 from queue_consumer.stages.recording import Recorder
 from queue_consumer.stages.settling import Settler
@@ -300,7 +299,6 @@ class Consumer:
         message_id = str(message.get("MessageId"))
         context: dict[str, Any] = {"messageId": message.get("MessageId")}
         heartbeat = None
-        settled = False
         # This task's own context: the accepting request's id and trace go on every log line
         # and on the executor calls made for this message.
         request_id, traceparent = trace_attributes(message)
@@ -320,7 +318,6 @@ class Consumer:
                 outcome = await self._attempt(tx_id, message_id, snapshot)
                 self.database.record(outcome.database_error, probe=False)
             await self.settler.settle(lane, message, outcome, receive_count, context, started)
-            settled = True
         except asyncio.CancelledError:
             # Shutdown past the grace period: leave the message to reappear.
             self.stats.counts["abandoned"] += 1
@@ -332,8 +329,6 @@ class Consumer:
         finally:
             if trace.span is not None:
                 tracing.finish(trace, attributes=context)
-            if not settled and (packed := packed_of(message)) is not None:
-                packed.abandon()  # the packed message comes back, all of it
             if heartbeat is not None:
                 await heartbeat.stop()
 

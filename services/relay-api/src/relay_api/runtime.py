@@ -78,7 +78,7 @@ async def open_runtime(settings: ApiSettings, *, background: bool = True) -> Asy
             sqs,
             {lane: settings.lane_queues(lane)[0] for lane in settings.lanes()},
             settings.sqs_send_timeout_s,
-            pack=settings.outbox_pack,
+            packing=settings.outbox_pack,
         )
         redis = None
         status_cache = None

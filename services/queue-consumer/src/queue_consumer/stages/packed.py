@@ -56,7 +56,6 @@ class _Left:
 class Packed:
     handle: str
     waiting: int
-    abandoned: bool = False
     keep_s: int | None = None  # keep the packed message (a copy not sent): back after this
     left: list[_Left] = field(default_factory=list)
 
@@ -76,17 +75,12 @@ class Packed:
             self.left.append(_Left(view, plan, outcome, receive_count, dead_letter=dead))
         await self._one_less(settler, lane)
 
-    def abandon(self) -> None:
-        """A transaction's work ended without a plan: the packed message comes back."""
-        self.abandoned = True
-        self.waiting -= 1
-
     def _keep(self, delay_s: int) -> None:
         self.keep_s = delay_s if self.keep_s is None else min(self.keep_s, delay_s)
 
     async def _one_less(self, settler: Settler, lane: Lane) -> None:
         self.waiting -= 1
-        if self.waiting > 0 or self.abandoned:
+        if self.waiting > 0:  # (one whose work ended without a plan never gets here)
             return
         for left in self.left:
             if left.dead_letter:

@@ -13,14 +13,14 @@ from relay_core.queue import TransactionMessage, pack, send_packed
 
 class WorkQueue:
     def __init__(
-        self, sqs: Any, queue_names: Mapping[str, str], timeout_s: float, *, pack: bool = True
+        self, sqs: Any, queue_names: Mapping[str, str], timeout_s: float, *, packing: bool = True
     ) -> None:
-        """``pack``: a request's transactions ten to a message (relay_core.queue.pack);
+        """``packing``: a request's transactions ten to a message (relay_core.queue.pack);
         otherwise each alone, for consumers older than the release that reads packed ones."""
         self.sqs = self._sqs = sqs  # (public: the admin endpoints read depths with it)
         self._names = dict(queue_names)  # lane -> queue name
         self._timeout_s = timeout_s
-        self._pack = pack
+        self._packing = packing
         self._urls: dict[str, str] = {}
 
     async def url(self, lane: str = "normal") -> str:
@@ -45,7 +45,7 @@ class WorkQueue:
             by_lane[message.lane if message.lane in self._names else "normal"].append(message)
         sends = []
         for lane, some in by_lane.items():
-            packed = pack(some) if self._pack else [[message] for message in some]
+            packed = pack(some) if self._packing else [[message] for message in some]
             sends += [self._send_chunk(lane, packed[i : i + 10]) for i in range(0, len(packed), 10)]
         results = await asyncio.gather(*sends, return_exceptions=True)
         sent: set[str] = set()

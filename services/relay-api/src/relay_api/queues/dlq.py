@@ -296,7 +296,7 @@ async def _make_ready(
     if len(letter.transaction_ids) > 1:
         return None, (
             f"a packed message of {len(letter.transaction_ids)} transactions "
-            f"({', '.join(letter.transaction_ids)}): the reconciler sends each of them again"
+            f"({', '.join(letter.transaction_ids)}): the reconciler settles each of its rows"
         )
     if letter.transaction_id is None:
         return None, "not a transaction message"
