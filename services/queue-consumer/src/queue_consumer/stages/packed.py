@@ -80,7 +80,7 @@ class Packed:
 
     async def _one_less(self, settler: Settler, lane: Lane) -> None:
         self.waiting -= 1
-        if self.waiting > 0:  # (one whose work ended without a plan never gets here)
+        if self.waiting > 0:  # one never settled (its work cut off) keeps it waiting: it comes back
             return
         for left in self.left:
             if left.dead_letter:
