@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from itertools import islice
 
 from relayer_stub.transactions.models import FINAL_STATUSES, Status, Transaction
@@ -39,7 +40,10 @@ class TransactionStore:
         """One page, newest first, and the total number of matches.
 
         Filtering on a non-final status leaves out transactions with ``is_canceled`` set, as
-        upstream's ``list_transactions`` does.
+        upstream's ``list_transactions`` does. Confirmed ones are listed by when they were
+        confirmed, newest first, the others by creation, as upstream sorts them since v1.4.0
+        (``status_sorted_score`` in OZR:src/repositories/transaction/transaction_redis.rs,
+        ``get_sort_key`` in transaction_in_memory.rs).
         """
         txs = self._by_relayer.get(relayer_id, {})
         start = (page - 1) * per_page
@@ -52,6 +56,8 @@ class TransactionStore:
             for tx in newest_first
             if tx.status is status and not (skip_canceled and tx.is_canceled)
         ]
+        if status is Status.confirmed:  # nearly in this order already: a linear sort
+            matches.sort(key=_confirmed_first, reverse=True)
         return matches[start : start + per_page], len(matches)
 
     def in_flight(self, relayer_id: str) -> int:
@@ -66,3 +72,7 @@ class TransactionStore:
             if tx.status is Status.confirmed and tx.confirmed_at
         )
         return max(times, default=None)
+
+
+def _confirmed_first(tx: Transaction) -> datetime:
+    return datetime.fromisoformat(tx.confirmed_at or tx.created_at)
