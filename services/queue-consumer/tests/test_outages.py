@@ -81,11 +81,13 @@ async def test_rows_with_one_payload_never_share_an_executor_transaction(
     ids = seed_rows(database_url, 2, request=lambda i: same)
     _in_doubt(database_url, ids)
     (reached,) = submit_to_stub(stub, [same])  # only one of the two attempts reached it
+    # Each executor answer 300 ms late: the two rows' lookups overlap even when their claims
+    # commit apart (milliseconds, as the loop's other work falls), so both choose the same
+    # transaction and the unique index lets one have it. (Looking up after the first adopted
+    # it, the second would submit afresh: correct too, but not this race.)
+    stub.faults(latency=300)
     await send_messages(sqs, queues[0], ids)
-    # One poller, one writer: both messages come in one receive and both claims commit
-    # together, so both rows look up in one scan and both choose the same transaction; the
-    # unique index lets one have it. (With several pollers the two may be received apart, the
-    # second looking up after the first adopted it: correct too, but not this race.)
+    # One poller: both messages come in one receive.
     consumer = await run_consumer(consumer_db_writers=1, consumer_pollers=1)
     await wait_until(lambda: status_counts(database_url) == {"submitted": 2}, 60, "both decided")
     count, entries = stub.ledger()
