@@ -92,6 +92,34 @@ def _latencies(database_url: str) -> list[float]:
         engine.dispose()
 
 
+def _heard_after(database_url: str) -> list[float]:
+    """Per confirmed transaction, how long after the executor saw it confirmed (its
+    ``confirmed_at``) Relay recorded it so (the event's time): what a client polling Relay
+    waits beyond the chain."""
+    engine = create_engine(infra.sync_url(database_url))
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(
+                text(
+                    "SELECT TIMESTAMPDIFF(MICROSECOND, t.confirmed_at, e.created_at) / 1e6 "
+                    "FROM transactions t JOIN transaction_events e ON e.transaction_id = t.id "
+                    "WHERE e.to_status = 'confirmed' AND t.confirmed_at IS NOT NULL"
+                )
+            )
+            return sorted(float(r[0]) for r in rows)
+    finally:
+        engine.dispose()
+
+
+def _summary(values: list[float]) -> dict[str, float]:
+    return {
+        "p50": round(_percentile(values, 50), 3),
+        "p95": round(_percentile(values, 95), 3),
+        "max": round(max(values), 3) if values else 0.0,
+        "mean": round(statistics.fmean(values), 3) if values else 0.0,
+    }
+
+
 def _percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
 
@@ -103,6 +131,8 @@ async def measure(
     relayers: int = 1,
     rpc_latency_ms: float = 0.0,
     webhooks: bool = True,
+    follow_interval_s: float | None = None,
+    consumer_settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
     async with Run.open(workdir, "ministack") as run:
@@ -151,6 +181,10 @@ async def measure(
             key = await asyncio.to_thread(_create_key, api_env)
             api = run.spawn("api", ["-m", "relay_api.cli", "serve"], api_env)
             consumer_env = {**run.consumer_env(database_url, queue, 0), **chain_env}
+            if follow_interval_s is not None:
+                consumer_env["RELAY_TRACKER_FOLLOW_INTERVAL_S"] = str(follow_interval_s)
+            for name, value in (consumer_settings or {}).items():
+                consumer_env[f"RELAY_{name.upper()}"] = value
             consumer = run.spawn("consumer", ["-m", "queue_consumer.main"], consumer_env)
             await run.wait_http(f"{api_url}/health", api)
             await run.wait_consumer_polling(queue, 0, consumer)
@@ -181,6 +215,7 @@ async def measure(
             costs_recorded_s = time.monotonic() - started
             after = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
             latencies = _latencies(database_url)
+            heard_after = _heard_after(database_url)
             rpc = evm.EvmRpc(chain.rpc_url)
             try:
                 if kind == "direct":
@@ -206,14 +241,12 @@ async def measure(
                 "first_202_to_last_confirmed_s": round(elapsed, 2),
                 "first_202_to_last_cost_recorded_s": round(costs_recorded_s, 2),
                 "confirmed_per_s": round(transactions / elapsed, 1),
-                "latency_accept_to_confirmed_s": {
-                    "p50": round(_percentile(latencies, 50), 3),
-                    "p95": round(_percentile(latencies, 95), 3),
-                    "max": round(max(latencies), 3),
-                    "mean": round(statistics.fmean(latencies), 3),
-                },
+                "latency_accept_to_confirmed_s": _summary(latencies),
+                "confirmed_heard_after_s": _summary(heard_after),
                 "relayers": relayers,
                 "webhooks": webhooks,
+                "follow_interval_s": follow_interval_s,
+                "consumer_settings": consumer_settings or {},
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
                 # Relay's own processes (the executor's webhooks and the tracker included)
                 "relay_cpu_ms_per_confirmed": round(
@@ -306,9 +339,25 @@ def main() -> int:
     parser.add_argument(
         "--no-webhooks",
         action="store_true",
-        help="the executor sends no webhooks: Relay hears from its tracker and receipt pass",
+        help="the executor sends no webhooks: Relay hears from its follower, tracker and "
+        "receipt pass",
+    )
+    parser.add_argument(
+        "--follow-interval-s",
+        type=float,
+        default=None,
+        help="the consumer's RELAY_TRACKER_FOLLOW_INTERVAL_S (0: no follower; default: the "
+        "shipped one)",
+    )
+    parser.add_argument(
+        "--consumer-setting",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a consumer setting for this run (RELAY_<NAME>), e.g. tracker_stale_s=60; repeatable",
     )
     args = parser.parse_args()
+    consumer_settings = dict(item.split("=", 1) for item in args.consumer_setting)
     sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
     runs = [
         asyncio.run(
@@ -319,6 +368,8 @@ def main() -> int:
                 size,
                 args.rpc_latency_ms,
                 webhooks=not args.no_webhooks,
+                follow_interval_s=args.follow_interval_s,
+                consumer_settings=consumer_settings,
             )
         )
         for size in sizes

@@ -228,3 +228,27 @@ def submit_to_stub(
             response.raise_for_status()
             ids.append(response.json()["data"]["id"])
     return ids
+
+
+async def twenty_good_five_failing(
+    database_url: str, stub: Stub, sqs: Any, queue_url: str
+) -> tuple[list[str], list[str]]:
+    """Webhooks off and a fast lifecycle at the stub; 20 transactions that will confirm and 5
+    that the executor fails, enqueued. Returns (good, bad)."""
+    stub.webhook(None, None)
+    stub.lifecycle(
+        paused=False,
+        delay_sent_ms=50,
+        delay_submitted_ms=50,
+        delay_mined_ms=50,
+        delay_confirmed_ms=50,
+        fail_data_marker="deadbeef",
+    )
+    good = seed_rows(database_url, 20)
+    bad = seed_rows(
+        database_url,
+        5,
+        request=lambda i: {"to": DEAD, "data": f"0xdeadbeef{i:04x}", "value": "0"},
+    )
+    await send_messages(sqs, queue_url, good + bad)
+    return good, bad

@@ -18,6 +18,7 @@ from relay_core.db.engine import create_engine, create_sessionmaker
 from relay_core.db.models import Notification, Transaction, utcnow
 from relay_core.db.transitions import transition
 from relay_core.settings import InfraSettings
+from relay_wire.direct import DirectPool
 
 CALLBACK = "https://hooks.example.com/relay"
 
@@ -61,6 +62,21 @@ async def sessions(database_url: str) -> AsyncIterator[Any]:
         await engine.dispose()
 
 
+@pytest.fixture(params=["sqlalchemy", "direct"])
+async def direct(request: Any, database_url: str) -> AsyncIterator[DirectPool | None]:
+    """The pass's reads and writes through the ORM, or on driver connections."""
+    if request.param == "sqlalchemy":
+        yield None
+        return
+    engine = create_engine(InfraSettings(database_url=database_url))
+    pool = DirectPool.create(engine, size=2, timeout_s=5.0)
+    try:
+        yield pool
+    finally:
+        await pool.close()
+        await engine.dispose()
+
+
 @pytest.fixture
 async def cache(infra_env: dict[str, Any]) -> AsyncIterator[StatusCache]:
     redis = connect(infra_env["redis_url"], 2.0)
@@ -81,7 +97,7 @@ def _notifications(database_url: str) -> list[dict[str, Any]]:
 
 
 async def test_a_confirmed_transaction_without_a_reservation_gets_its_cost_from_its_receipt(
-    database_url: str, sessions: Any, cache: StatusCache
+    database_url: str, sessions: Any, cache: StatusCache, direct: DirectPool | None
 ) -> None:
     confirmed, reverted, refused, on_its_way = seed_rows(database_url, 4)
     set_rows(database_url, [confirmed], status="confirmed", hash=_hash(1), executor_tx_id="x-1")
@@ -94,7 +110,7 @@ async def test_a_confirmed_transaction_without_a_reservation_gets_its_cost_from_
     assert await FeeSettler(sessions, None, cache).run_once() == 0
     assert all(r["fee_wei"] is None for r in rows(database_url))
 
-    settler = FeeSettler(sessions, chain, cache)  # type: ignore[arg-type]
+    settler = FeeSettler(sessions, chain, cache, direct=direct)  # type: ignore[arg-type]
     assert await settler.run_once() == 2
     assert chain.batches == 1  # both receipts in one JSON-RPC batch
     assert await settler.run_once() == 0  # once
@@ -119,7 +135,7 @@ async def test_a_confirmed_transaction_without_a_reservation_gets_its_cost_from_
 
 
 async def test_rows_the_chain_has_no_receipt_for_yet_wait_without_holding_up_the_others(
-    database_url: str, sessions: Any
+    database_url: str, sessions: Any, direct: DirectPool | None
 ) -> None:
     """Batches of two walk the rows in turn: three older rows the chain has no receipt for do
     not keep a newer one waiting; they get theirs on a later pass, once the chain has it. A
@@ -144,7 +160,7 @@ async def test_rows_the_chain_has_no_receipt_for_yet_wait_without_holding_up_the
         updated_at=now - RECEIPT_PATIENCE - timedelta(minutes=1),
     )
     chain = _Chain(_hash(3), _hash(9))
-    settler = FeeSettler(sessions, chain, batch=2)  # type: ignore[arg-type]
+    settler = FeeSettler(sessions, chain, batch=2, direct=direct)  # type: ignore[arg-type]
     recorded = [await settler.run_once() for _ in range(3)]
     assert sum(recorded) == 1, recorded
     by_id = {r["id"]: r for r in rows(database_url)}
@@ -160,7 +176,7 @@ async def test_rows_the_chain_has_no_receipt_for_yet_wait_without_holding_up_the
 
 
 async def test_a_cost_read_after_the_final_status_is_reported_to_the_callback_once(
-    database_url: str, sessions: Any
+    database_url: str, sessions: Any, direct: DirectPool | None
 ) -> None:
     """A confirmed row's callback went without the cost: one ``transaction.cost_recorded``
     follows, written with the cost. A row still mined reports it with its next status."""
@@ -170,7 +186,8 @@ async def test_a_cost_read_after_the_final_status_is_reported_to_the_callback_on
     set_rows(database_url, [final, mined], callback_url=CALLBACK)
     set_rows(database_url, [final, no_callback], status="confirmed")
     set_rows(database_url, [mined], status="mined")
-    settler = FeeSettler(sessions, _Chain(_hash(0), _hash(1), _hash(2)))  # type: ignore[arg-type]
+    chain = _Chain(_hash(0), _hash(1), _hash(2))
+    settler = FeeSettler(sessions, chain, direct=direct)  # type: ignore[arg-type]
     assert await settler.run_once() == 3
     assert await settler.run_once() == 0
 

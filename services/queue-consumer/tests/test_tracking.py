@@ -16,9 +16,9 @@ from consumer_testkit import (
     Stub,
     rows,
     seed_rows,
-    send_messages,
     status_counts,
     sync_engine,
+    twenty_good_five_failing,
     wait_until,
 )
 from sqlalchemy import select, update
@@ -39,27 +39,9 @@ from relay_wire.direct import DirectPool
 async def test_with_webhooks_off_the_tracker_alone_brings_every_transaction_to_its_end(
     database_url: str, sqs: Any, queues: tuple[str, str], stub: Stub, run_consumer: Any
 ) -> None:
-    stub.webhook(None, None)
-    stub.lifecycle(
-        paused=False,
-        delay_sent_ms=50,
-        delay_submitted_ms=50,
-        delay_mined_ms=50,
-        delay_confirmed_ms=50,
-        fail_data_marker="deadbeef",
-    )
-    good = seed_rows(database_url, 20)
-    bad = seed_rows(
-        database_url,
-        5,
-        request=lambda i: {
-            "to": "0x000000000000000000000000000000000000dEaD",
-            "data": f"0xdeadbeef{i:04x}",
-            "value": "0",
-        },
-    )
-    await send_messages(sqs, queues[0], good + bad)
-    await run_consumer(tracker_interval_s=0.2, tracker_stale_s=0.5)
+    good, bad = await twenty_good_five_failing(database_url, stub, sqs, queues[0])
+    # The tracker alone: the follower off (test_follow.py has it on, the tracker's at 15 s).
+    await run_consumer(tracker_interval_s=0.2, tracker_stale_s=0.5, tracker_follow_interval_s=0)
     await wait_until(
         lambda: status_counts(database_url) == {"confirmed": 20, "failed": 5}, 60, "all final"
     )
@@ -181,8 +163,9 @@ def _verify(secret: str, headers: dict[str, str], body: bytes) -> None:
     Webhook(secret).verify(body, headers)
 
 
+@pytest.mark.parametrize("driver", ["sqlalchemy", "direct"])
 async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoint(
-    database_url: str, receiver: tuple[str, type[_Receiver]]
+    database_url: str, receiver: tuple[str, type[_Receiver]], driver: str
 ) -> None:
     url, handler = receiver
     handler.fail_first = 3  # the endpoint is down for a while
@@ -204,6 +187,8 @@ async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoi
                 assert tx is not None
                 assert await transition(session, tx, status, source="test", hash="0xabc")
 
+    # With a driver connection, a pass first asks whether anything is due at all.
+    direct = DirectPool.create(engine, size=2, timeout_s=5.0) if driver == "direct" else None
     notifier = Notifier(
         sessions,
         timeout_s=2,
@@ -211,6 +196,7 @@ async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoi
         max_age_s=600,
         backoff_cap_s=0.2,
         policy=AddressPolicy(allow_loopback=True),  # the receiver is on 127.0.0.1
+        direct=direct,
     )
     try:
 
@@ -227,6 +213,8 @@ async def test_client_callbacks_are_signed_in_order_and_survive_a_failing_endpoi
         await wait_until(all_delivered, 30, "every notification delivered")
     finally:
         await notifier.aclose()
+        if direct is not None:
+            await direct.close()
         await engine.dispose()
 
     attempts = handler.received

@@ -294,14 +294,27 @@ class ExecutorClient:
         return status
 
     async def list_page(self, page: int, per_page: int = 50) -> ExecutorPage:
-        query = http.query({"page": page, "per_page": per_page})
-        body = await self._call("list", "GET", f"{self._base}{query}")
+        body = await self._list(page, per_page, None)
         pagination = body.get("pagination") or {}
         total = pagination.get("total_items") if isinstance(pagination, dict) else None
         return ExecutorPage(
             items=[ExecutorTx.from_api(item) for item in body.get("data") or []],
             total_items=int(total) if isinstance(total, int) else None,
         )
+
+    async def list_raw(
+        self, page: int, per_page: int, status: str | None = None
+    ) -> list[dict[str, Any]]:
+        """One page of the list as the executor sent it (newest first), of ``status`` only
+        where it filters (OZ Relayer v1.6.0 and later: an older one sends every status)."""
+        items = (await self._list(page, per_page, status)).get("data") or []
+        return [item for item in items if isinstance(item, dict)]
+
+    async def _list(self, page: int, per_page: int, status: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"page": page, "per_page": per_page}
+        if status is not None:
+            params["status"] = status
+        return await self._call("list", "GET", f"{self._base}{http.query(params)}")
 
 
 def _reason(response: http.Response) -> str:

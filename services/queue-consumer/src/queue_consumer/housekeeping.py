@@ -39,9 +39,17 @@ def database_probe(sessions: async_sessionmaker[AsyncSession]) -> Callable[[], A
 
 
 async def every(
-    interval_s: float, job: Callable[[], Awaitable[int]], name: str, counts: Counter[str]
+    interval_s: float,
+    job: Callable[[], Awaitable[int]],
+    name: str,
+    counts: Counter[str],
+    *,
+    full: int = 1,
 ) -> None:
-    """Run ``job`` again at once while it finds work, else after ``interval_s``."""
+    """Run ``job`` again at once while it does ``full`` or more (a whole batch: more may be
+    waiting), else after ``interval_s``. A pass that finds a little work each time is not run
+    again at once: under a steady trickle it would run a pass per row, each paying its
+    queries in full (the receipt pass did, at a chain's rate)."""
     while True:
         try:
             done = await job()
@@ -49,7 +57,7 @@ async def every(
         except Exception as exc:
             log.warning(f"consumer.{name}.failed", extra={"error": str(exc)})
             done = 0
-        if not done:
+        if done < full:
             await asyncio.sleep(interval_s)
 
 

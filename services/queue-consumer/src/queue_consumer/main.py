@@ -20,6 +20,7 @@ from queue_consumer.circuit import CircuitBreaker, ExecutorGuard
 from queue_consumer.notifications.service import Notifier
 from queue_consumer.pool import Member, Pool
 from queue_consumer.settings import ConsumerSettings
+from queue_consumer.tracking.follow import Follower
 from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
@@ -217,12 +218,27 @@ async def open_consumer(
                 writers=settings.consumer_db_writers,
                 max_batch=settings.consumer_write_batch,
             )
-            consumer = build(settings, sqs, lanes, sessions, pool, writes, rpc)
+            follower = None
+            if settings.tracker_enabled and settings.tracker_follow_interval_s > 0:
+                follower = Follower(
+                    sessions,
+                    pool,
+                    writes,
+                    direct=direct,
+                    interval_s=settings.tracker_follow_interval_s,
+                    page_size=settings.tracker_follow_page_size,
+                    max_pages=settings.tracker_follow_max_pages,
+                    capacity=settings.tracker_follow_capacity,
+                    max_age_s=settings.tracker_follow_max_age_s,
+                    vouch_every_s=settings.tracker_stale_s / 2,
+                    timeout_s=settings.executor_timeout_s,
+                )
+            consumer = build(settings, sqs, lanes, sessions, pool, writes, rpc, follower)
             consumer.stopping = stop
             consumer.reconciler = Reconciler(
                 sessions, sqs, lanes, settings, cache, executors=executors, rpc=rpc
             )
-            consumer.fees = FeeSettler(sessions, rpc, cache)
+            consumer.fees = FeeSettler(sessions, rpc, cache, direct=direct)
             if settings.tracker_enabled:
                 consumer.tracker = Tracker(
                     sessions,
@@ -243,6 +259,7 @@ async def open_consumer(
                     backoff_cap_s=settings.notify_backoff_cap_s,
                     policy=settings.callback_policy(),
                     per_client=settings.notify_per_client,
+                    direct=direct,
                 )
                 consumer.notifier = notifier
                 stack.push_async_callback(notifier.aclose)

@@ -174,6 +174,33 @@ class ConsumerSettings(InfraSettings):
     )
     tracker_batch: int = Field(200, ge=1, le=5000, description="rows per tracker pass")
     tracker_concurrency: int = Field(16, ge=1, le=256, description="executor GETs in flight")
+    tracker_follow_interval_s: float = Field(
+        1.0,
+        ge=0,
+        description="how often the executor's lists of each relayer's mined and final "
+        "transactions are read, for the statuses of those this consumer sent (prompt without "
+        "webhooks); 0: off",
+    )
+    tracker_follow_page_size: int = Field(
+        200, ge=1, le=1000, description="transactions per page of the follower's list reads"
+    )
+    tracker_follow_max_pages: int = Field(
+        10,
+        ge=1,
+        le=100,
+        description="pages of one list the follower reads per relayer and read, at most (a "
+        "read cut short marks nothing heard of, and what it did not reach is the tracker's)",
+    )
+    tracker_follow_capacity: int = Field(
+        20000,
+        ge=1,
+        description="transactions followed at once; more are left to the tracker's own polls",
+    )
+    tracker_follow_max_age_s: float = Field(
+        600.0,
+        gt=0,
+        description="a followed transaction that has not moved this long is left to the tracker",
+    )
     notify_enabled: bool = Field(True, description="deliver client status notifications")
     notify_interval_s: float = Field(0.5, gt=0, description="how often due notifications are sent")
     notify_timeout_s: float = Field(5.0, gt=0, description="timeout of one delivery")

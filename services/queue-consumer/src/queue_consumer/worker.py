@@ -40,6 +40,7 @@ from queue_consumer.stages.recording import Recorder
 from queue_consumer.stages.settling import Settler
 from queue_consumer.stages.submitting import Submitter
 from queue_consumer.switch import Switch
+from queue_consumer.tracking.follow import Follower
 from queue_consumer.tracking.receipts import FeeSettler
 from queue_consumer.tracking.service import Tracker
 from queue_consumer.transactions.group_commit import GroupCommit
@@ -120,6 +121,7 @@ class Consumer:
         )
         self.settler = Settler(settings, sqs, self.stats.counts)
         self.tracker: Tracker | None = None
+        self.follower: Follower | None = None
         self.fees: FeeSettler | None = None
         self.notifier: Notifier | None = None
         self.reconciler: Reconciler | None = None
@@ -206,11 +208,21 @@ class Consumer:
             jobs["relayer-watch"] = self.watch.run()
         if self.tracker is not None:
             jobs["tracker"] = every(
-                settings.tracker_interval_s, self.tracker.run_once, "tracker", counts
+                settings.tracker_interval_s,
+                self.tracker.run_once,
+                "tracker",
+                counts,
+                full=settings.tracker_batch,
             )
+        if self.follower is not None:
+            jobs["follower"] = self.follower.run()
         if self.fees is not None:
             jobs["fee-settler"] = every(
-                settings.tracker_interval_s, self.fees.run_once, "fees", counts
+                settings.tracker_interval_s,
+                self.fees.run_once,
+                "fees",
+                counts,
+                full=self.fees.batch,
             )
         if self.notifier is not None:
             jobs["notifier"] = self.notifier.run(settings.notify_interval_s)
@@ -362,9 +374,10 @@ def build(
     pool: Pool,
     writes: GroupCommit,
     rpc: evm.EvmRpc | None = None,
+    follower: Follower | None = None,
 ) -> Consumer:
     """The consumer and its stages, wired (the gasless nonce turn needs the chain's RPC)."""
-    recorder = Recorder(sessions, writes, pool, settings.executor_timeout_s)
+    recorder = Recorder(sessions, writes, pool, settings.executor_timeout_s, follower)
     claims = Claims(settings, sessions, recorder)
     submitter = Submitter(
         settings,
@@ -375,4 +388,5 @@ def build(
     )
     consumer = Consumer(settings, sqs, lanes, claims, submitter)
     consumer.watch = Watch(pool, sessions, settings, rpc)
+    consumer.follower = follower
     return consumer

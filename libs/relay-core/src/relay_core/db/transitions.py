@@ -103,13 +103,16 @@ async def write_changes_direct(
     conn: Any,
     changes: Sequence[Change],
     *,
-    before_commit: tuple[str, Sequence[Any]] | None = None,
+    before_commit: tuple[str, Sequence[Any]]
+    | Callable[[list[dict[str, Any] | None]], tuple[str, Sequence[Any]] | None]
+    | None = None,
 ) -> list[dict[str, Any] | None]:
     """:func:`write_changes` on a driver connection (relay_wire.direct), and committed,
     in two round trips however many changes there are: the transaction's start and the
     compare-and-sets, then the event and notification INSERTs with the COMMIT
     (``before_commit``, a statement and its values, goes with them: the API's webhook
-    receipts).
+    receipts; or a function of what landed, per change as returned, that gives one or None:
+    the receipt pass's notifications).
 
     The compare-and-sets of the changes that write the same columns go out as one UPDATE
     joined to their values (one answer for them all, not one each: 81 -> 62 µs of CPU per
@@ -158,9 +161,10 @@ async def write_changes_direct(
             insert_sql, insert_args = direct.row(table, tuple(rows[0])).insert(rows)
             statements.append(insert_sql)
             args.extend(insert_args)
-    if before_commit is not None:
-        statements.append(before_commit[0])
-        args.extend(before_commit[1])
+    extra = before_commit(written) if callable(before_commit) else before_commit
+    if extra is not None:
+        statements.append(extra[0])
+        args.extend(extra[1])
     await direct_db.execute(conn, "; ".join([*statements, "COMMIT"]), args)
     return written
 

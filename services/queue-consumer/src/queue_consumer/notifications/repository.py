@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from relay_core.db.models import ApiClient, Notification
+from relay_wire.direct import DirectPool
 
 
 async def due(
@@ -53,6 +54,15 @@ async def due(
         session.expunge(notification)
         result.append((notification, secret))
     return result
+
+
+async def any_due(direct: DirectPool, now: datetime) -> bool:
+    """Whether any pending notification's time has come (the index on state and time)."""
+    found = await direct.fetch(_ANY_DUE, ["pending", now])
+    return bool(found)
+
+
+_ANY_DUE = "SELECT 1 FROM notifications WHERE state = %s AND next_attempt_at <= %s LIMIT 1"
 
 
 async def lease(session: AsyncSession, notification: Notification, until: datetime) -> bool:

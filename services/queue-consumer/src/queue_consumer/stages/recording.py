@@ -21,6 +21,7 @@ from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Pool
 from queue_consumer.retry import Failure
 from queue_consumer.stages.outcome import Outcome
+from queue_consumer.tracking.follow import Follower
 from queue_consumer.transactions import cancels, repository
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
@@ -45,11 +46,13 @@ class Recorder:
         writes: GroupCommit,
         pool: Pool,
         executor_timeout_s: float,
+        follower: Follower | None = None,
     ) -> None:
         self.sessions = sessions
         self.writes = writes
         self.pool = pool
         self.executor_timeout_s = executor_timeout_s
+        self.follower = follower
 
     async def write(
         self,
@@ -114,6 +117,8 @@ class Recorder:
             except IntegrityError as exc:
                 raise Conflict(result.id) from exc
             if written:
+                if self.follower is not None:
+                    self.follower.follow(sent_to, tx.id, result)
                 if tx.cancel_requested_at is not None:  # asked for while we were sending it
                     await cancels.carry_out(
                         tx, self.pool.member(sent_to), self.writes, self.executor_timeout_s

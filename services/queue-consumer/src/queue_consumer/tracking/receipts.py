@@ -28,15 +28,22 @@ import logging
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, and_, insert, or_, select
+from sqlalchemy import ColumnElement, Select, and_, insert, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_core import evm, spending
 from relay_core.cache import CacheWrite, StatusCache
-from relay_core.db.models import NOTIFICATIONS, Transaction, utcnow
-from relay_core.db.transitions import Change, apply_written, touch, write_changes
+from relay_core.db.models import NOTIFICATIONS, TRANSACTIONS, Transaction, utcnow
+from relay_core.db.transitions import (
+    Change,
+    apply_written,
+    touch,
+    write_changes,
+    write_changes_direct,
+)
 from relay_core.statuses import TxStatus, is_terminal
 from relay_core.views import cost_entry, rfc3339, status_entry
+from relay_wire.direct import DirectPool
 
 log = logging.getLogger(__name__)
 
@@ -70,15 +77,22 @@ class FeeSettler:
         *,
         batch: int = 200,
         concurrency: int = 16,
+        direct: DirectPool | None = None,
     ) -> None:
+        """``direct``: the pass's reads and its writes of the costs go on driver connections
+        (relay_wire.direct), not through the ORM: at a chain's rate the ORM's loading and one
+        statement per row were a quarter of the consumer's CPU (docs/performance.md)."""
         self._sessions = sessions
         self._rpc = rpc
         self._cache = cache
+        self._direct = direct
+        self.batch = batch  # rows per walk and pass: a pass that did this many goes again
         self._limit = asyncio.Semaphore(concurrency)
         self.settled = 0  # (tests and the curious)
         self._reserved = _Walk(
             sessions,
             batch,
+            None,  # rare (clients with a fee budget), and settled one session each
             Transaction.status.in_(_SETTLED_FROM),
             Transaction.reserved_fee_wei.is_not(None),
         )
@@ -87,6 +101,7 @@ class FeeSettler:
         self._unrecorded = _Walk(
             sessions,
             batch,
+            direct,
             Transaction.status.in_(_ON_CHAIN),
             Transaction.fee_wei.is_(None),
             Transaction.hash.is_not(None),
@@ -141,8 +156,8 @@ class FeeSettler:
                     utcnow(),
                     kind=spending.FEE,
                 )
-            if "gas_used" in cost:
-                await _report_costs(session, [current])
+            if "gas_used" in cost and (found := _cost_notifications([current])):
+                await session.execute(insert(NOTIFICATIONS), found)
         if self._cache is not None:  # a status read shows it at once
             await self._cache.put_row_quietly(current)
         log.info(
@@ -172,14 +187,29 @@ class FeeSettler:
         ]
         if not changes:
             return 0
-        async with self._sessions() as session, session.begin():
-            written = await write_changes(session, changes)
-            recorded = []
+        recorded: list[Transaction] = []
+
+        def landed(written: list[dict[str, Any] | None]) -> list[Transaction]:
             for change, columns in zip(changes, written, strict=True):
                 if columns is not None:
                     apply_written(change.tx, columns)
                     recorded.append(change.tx)
-            await _report_costs(session, recorded)
+            return recorded
+
+        if self._direct is not None:
+            direct = self._direct
+
+            def notifications(written: list[dict[str, Any] | None]) -> Any:
+                found = _cost_notifications(landed(written))
+                return direct.row(NOTIFICATIONS, tuple(found[0])).insert(found) if found else None
+
+            async with direct.connection() as conn:
+                await write_changes_direct(direct, conn, changes, before_commit=notifications)
+        else:
+            async with self._sessions() as session, session.begin():
+                found = _cost_notifications(landed(await write_changes(session, changes)))
+                if found:
+                    await session.execute(insert(NOTIFICATIONS), found)
         if self._cache is not None:  # a status read shows them at once
             await self._cache.put_many_quietly(
                 [
@@ -221,16 +251,21 @@ class _Walk:
         self,
         sessions: async_sessionmaker[AsyncSession],
         batch: int,
+        direct: DirectPool | None,
         *where: ColumnElement[bool],
     ) -> None:
         self._sessions = sessions
+        self._direct = direct
         self._batch = batch
         self._where = where
         self._after: tuple[datetime, str] | None = None
 
     async def next(self, *also: ColumnElement[bool]) -> list[Transaction]:
         """The next batch (detached rows); ``also``: conditions of this batch only."""
-        query = select(Transaction).where(*self._where, *also)
+        columns = TRANSACTIONS.columns if self._direct is not None else None
+        query = (select(*columns) if columns is not None else select(Transaction)).where(
+            *self._where, *also
+        )
         if self._after is not None:
             at, tx_id = self._after
             query = query.where(
@@ -240,11 +275,24 @@ class _Walk:
                 )
             )
         query = query.order_by(Transaction.updated_at, Transaction.id).limit(self._batch)
-        async with self._sessions() as session:
-            rows = list((await session.execute(query)).scalars())
-            session.expunge_all()
+        if self._direct is not None:
+            rows = await _fetch_direct(self._direct, query)
+        else:
+            async with self._sessions() as session:
+                rows = list((await session.execute(query)).scalars())
+                session.expunge_all()
         self._after = (rows[-1].updated_at, rows[-1].id) if len(rows) == self._batch else None
         return rows
+
+
+async def _fetch_direct(direct: DirectPool, query: Select[Any]) -> list[Transaction]:
+    """``query`` (every column of ``transactions``, in the table's order) on a driver
+    connection, as detached rows: compiled for the server (its IN lists written out), sent
+    with its values in order."""
+    compiled = query.compile(dialect=direct.dialect, compile_kwargs={"render_postcompile": True})
+    names = compiled.positiontup or []
+    rows = await direct.fetch(str(compiled), [compiled.params[name] for name in names])
+    return list(direct.loader(Transaction).objects(rows))
 
 
 def _cost_of(receipt: dict[str, Any]) -> dict[str, Any]:
@@ -259,11 +307,11 @@ def _cost_of(receipt: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-async def _report_costs(session: AsyncSession, rows: list[Transaction]) -> None:
-    """The clients' notifications of what ``rows`` cost, in the unit of work that records it
-    (so each is sent if and only if its cost committed), for those already final: the callback
-    of a final status went without the cost. One still mined reports it with its next
-    status."""
+def _cost_notifications(rows: list[Transaction]) -> list[dict[str, Any]]:
+    """The clients' notifications of what ``rows`` cost, to be written in the unit of work that
+    records it (so each is sent if and only if its cost committed), for those already final:
+    the callback of a final status went without the cost. One still mined reports it with its
+    next status."""
     notifications = []
     for tx in rows:
         if not tx.callback_url or not is_terminal(tx.status):
@@ -289,8 +337,7 @@ async def _report_costs(session: AsyncSession, rows: list[Transaction]) -> None:
                 "created_at": at,
             }
         )
-    if notifications:
-        await session.execute(insert(NOTIFICATIONS), notifications)
+    return notifications
 
 
 def _quantity(value: Any) -> int:
