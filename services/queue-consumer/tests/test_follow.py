@@ -306,3 +306,52 @@ async def test_beyond_its_capacity_a_transaction_is_not_followed(database_url: s
         _follow(follower, executor, ids)
         assert follower.following == 2
         assert follower.counts["not_followed"] == 1
+
+
+class _MovedOnce(GroupCommit):
+    """A group commit whose first write for ``transaction_id`` finds the row moved (another
+    writer took it between the follower's load and its compare-and-set)."""
+
+    def __init__(self, *args: Any, transaction_id: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.transaction_id, self.refused = transaction_id, 0
+
+    async def write(self, change: Any) -> bool:
+        if change.tx.id == self.transaction_id and not self.refused:
+            self.refused += 1
+            return False
+        return await super().write(change)
+
+
+async def test_news_a_read_could_not_apply_is_read_again(database_url: str) -> None:
+    """A read whose news did not all land does not move the confirmed list's head on (nor mark
+    anything heard of): the next read goes down as far again and finds it."""
+    executor = _Executor()
+    ids = _submitted(database_url, 12, executor)
+    engine = create_engine(InfraSettings(database_url=database_url))
+    writes = _MovedOnce(engine, None, transaction_id=ids[0])
+    writes.start()
+    member = SimpleNamespace(id="relayer-1", guard=executor, client=executor)
+    follower = Follower(
+        create_sessionmaker(engine),
+        SimpleNamespace(member=lambda _relayer: member),  # type: ignore[arg-type]
+        writes,
+        interval_s=1.0,
+        page_size=10,
+        max_pages=5,
+        capacity=100,
+        max_age_s=600.0,
+    )
+    try:
+        _follow(follower, executor, ids)
+        for tx_id in ids[:11]:
+            executor.move(f"ex-{tx_id}", "confirmed")
+        executor.now += timedelta(seconds=10)
+        executor.move(f"ex-{ids[11]}", "confirmed")  # the newest, 10 s after the others
+        assert await follower.run_once() == 11  # ids[0]'s row "moved meanwhile"
+        assert writes.refused == 1
+        assert await follower.run_once() == 1  # down to ids[0]'s page again
+    finally:
+        await writes.stop()
+        await engine.dispose()
+    assert status_counts(database_url) == {"confirmed": 12}

@@ -188,8 +188,6 @@ class Follower:
             self.counts["list_errors"] += 1
             log.info("consumer.follower.list_error", extra={"relayer": relayer, "error": str(exc)})
             return 0
-        if read.newest is not None:
-            self._heads[relayer] = max(read.newest, self._heads.get(relayer, read.newest))
         changed: list[tuple[str, Followed, UpstreamView]] = []
         for executor_id, item in read.seen.items():
             entry = wanted[executor_id]
@@ -201,10 +199,6 @@ class Follower:
             if entry.since < now - self._max_age_s:
                 followed.pop(executor_id, None)  # unmoved that long: the tracker's
                 self.counts["aged_out"] += 1
-        if read.whole and read.every_status:
-            await self._vouch(followed, {executor_id for executor_id, _, _ in changed}, now)
-        if not changed:
-            return 0
         loaded = await self._load([entry.transaction_id for _, entry, _ in changed])
         outcomes = await asyncio.gather(
             *(
@@ -212,7 +206,15 @@ class Follower:
                 for executor_id, entry, view in changed
             )
         )
-        return sum(outcomes)
+        # Only a read whose news was all applied moves the confirmed list's head on, and only
+        # then is what it did not show marked heard of: what one moved meanwhile (its
+        # compare-and-set found the row changed) must be read again.
+        if all(outcome is not None for outcome in outcomes):
+            if read.newest is not None:
+                self._heads[relayer] = max(read.newest, self._heads.get(relayer, read.newest))
+            if read.whole and read.every_status:
+                await self._vouch(followed, {executor_id for executor_id, _, _ in changed}, now)
+        return sum(outcome or 0 for outcome in outcomes)
 
     async def _list(self, member: Member, wanted: dict[str, Followed]) -> _Read:
         """The followed transactions the executor lists in a status they may have moved to,
@@ -282,6 +284,8 @@ class Follower:
         self.counts["vouched"] += len(due)
 
     async def _load(self, transaction_ids: list[str]) -> dict[str, Transaction]:
+        if not transaction_ids:
+            return {}
         if self._direct is not None:
             return await rows.load_many_direct(self._direct, transaction_ids)
         async with self._sessions() as session:
@@ -295,7 +299,8 @@ class Follower:
         entry: Followed,
         view: UpstreamView,
         loaded: dict[str, Transaction],
-    ) -> int:
+    ) -> int | None:
+        """1 if the row moved, 0 if it did not need to, None if it moved meanwhile."""
         tx = loaded.get(entry.transaction_id)
         if tx is None or tx.executor_tx_id != executor_id or is_terminal(tx.status):
             followed.pop(executor_id, None)  # finished, or no longer this executor id's row
@@ -310,7 +315,7 @@ class Follower:
         moved = 0
         if change.status != tx.status or _TOUCHED & change.values.keys():
             if not await self._writes.write(change):
-                return 0  # it moved meanwhile: the next read decides again, from a fresh row
+                return None  # it moved meanwhile: read again, decided from a fresh row
             moved = 1
             self.counts["moved"] += 1
         # else the row is there already (a webhook, the status tier): nothing to write
