@@ -231,7 +231,6 @@ async def open_consumer(
                     capacity=settings.tracker_follow_capacity,
                     max_age_s=settings.tracker_follow_max_age_s,
                     vouch_every_s=settings.tracker_stale_s / 2,
-                    timeout_s=settings.executor_timeout_s,
                 )
             consumer = build(settings, sqs, lanes, sessions, pool, writes, rpc, follower)
             consumer.stopping = stop

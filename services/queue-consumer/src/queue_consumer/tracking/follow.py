@@ -56,7 +56,6 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from queue_consumer.circuit import CircuitOpen
 from queue_consumer.pool import Member, Pool
 from queue_consumer.tracking import repository
-from queue_consumer.transactions import cancels
 from queue_consumer.transactions import repository as rows
 from queue_consumer.transactions.group_commit import GroupCommit
 from relay_core.db.models import Transaction, utcnow
@@ -124,7 +123,6 @@ class Follower:
         capacity: int,
         max_age_s: float,
         vouch_every_s: float = 7.5,
-        timeout_s: float = 10.0,
     ) -> None:
         """``vouch_every_s``: how often, at most, a followed row is marked heard of (half the
         tracker's stale time: the tracker then leaves it to the follower)."""
@@ -138,7 +136,6 @@ class Follower:
         self._capacity = capacity
         self._max_age_s = max_age_s
         self._vouch_every_s = vouch_every_s
-        self._timeout_s = timeout_s
         self._followed: dict[str, dict[str, Followed]] = {}  # relayer -> executor id -> it
         self._reads: dict[str, int] = {}  # per relayer
         self._heads: dict[str, datetime] = {}  # per relayer: its newest confirmation seen
@@ -202,7 +199,7 @@ class Follower:
         loaded = await self._load([entry.transaction_id for _, entry, _ in changed])
         outcomes = await asyncio.gather(
             *(
-                self._apply(member, followed, executor_id, entry, view, loaded)
+                self._apply(followed, executor_id, entry, view, loaded)
                 for executor_id, entry, view in changed
             )
         )
@@ -293,7 +290,6 @@ class Follower:
 
     async def _apply(
         self,
-        member: Member,
         followed: dict[str, Followed],
         executor_id: str,
         entry: Followed,
@@ -305,9 +301,6 @@ class Follower:
         if tx is None or tx.executor_tx_id != executor_id or is_terminal(tx.status):
             followed.pop(executor_id, None)  # finished, or no longer this executor id's row
             return 0
-        if tx.cancel_requested_at is not None and view.status is TxStatus.submitted:
-            # A client's cancel the consumer could not hand over when it recorded the id.
-            await cancels.carry_out(tx, member, self._writes, self._timeout_s)
         change = upstream_change(tx, view, source="follower")
         if change is None:
             followed.pop(executor_id, None)
