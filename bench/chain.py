@@ -120,6 +120,10 @@ def _summary(values: list[float]) -> dict[str, float]:
     }
 
 
+def _float_or_none(value: str | None) -> float | None:
+    return None if value is None else float(value)
+
+
 def _percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
 
@@ -131,7 +135,6 @@ async def measure(
     relayers: int = 1,
     rpc_latency_ms: float = 0.0,
     webhooks: bool = True,
-    follow_interval_s: float | None = None,
     consumer_settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
@@ -181,8 +184,6 @@ async def measure(
             key = await asyncio.to_thread(_create_key, api_env)
             api = run.spawn("api", ["-m", "relay_api.cli", "serve"], api_env)
             consumer_env = {**run.consumer_env(database_url, queue, 0), **chain_env}
-            if follow_interval_s is not None:
-                consumer_env["RELAY_TRACKER_FOLLOW_INTERVAL_S"] = str(follow_interval_s)
             for name, value in (consumer_settings or {}).items():
                 consumer_env[f"RELAY_{name.upper()}"] = value
             consumer = run.spawn("consumer", ["-m", "queue_consumer.main"], consumer_env)
@@ -245,7 +246,9 @@ async def measure(
                 "confirmed_heard_after_s": _summary(heard_after),
                 "relayers": relayers,
                 "webhooks": webhooks,
-                "follow_interval_s": follow_interval_s,
+                "follow_interval_s": _float_or_none(
+                    (consumer_settings or {}).get("tracker_follow_interval_s")
+                ),
                 "consumer_settings": consumer_settings or {},
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
                 # Relay's own processes (the executor's webhooks and the tracker included)
@@ -358,6 +361,8 @@ def main() -> int:
     )
     args = parser.parse_args()
     consumer_settings = dict(item.split("=", 1) for item in args.consumer_setting)
+    if args.follow_interval_s is not None:
+        consumer_settings["tracker_follow_interval_s"] = str(args.follow_interval_s)
     sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
     runs = [
         asyncio.run(
@@ -368,7 +373,6 @@ def main() -> int:
                 size,
                 args.rpc_latency_ms,
                 webhooks=not args.no_webhooks,
-                follow_interval_s=args.follow_interval_s,
                 consumer_settings=consumer_settings,
             )
         )

@@ -102,13 +102,19 @@ def _rfc3339(when: datetime) -> str:
 
 @contextlib.asynccontextmanager
 async def _follower(
-    database_url: str, executor: _Executor, driver: str, **settings: Any
+    database_url: str,
+    executor: _Executor,
+    driver: str,
+    writes_with: Any = GroupCommit,
+    **settings: Any,
 ) -> AsyncIterator[Follower]:
+    """A follower of one relayer (``executor``); ``writes_with``: the group commit's class,
+    or a function of (engine, cache, direct=) that makes one."""
     member = SimpleNamespace(id="relayer-1", guard=executor, client=executor)
     pool = SimpleNamespace(member=lambda _relayer: member)
     engine = create_engine(InfraSettings(database_url=database_url))
     direct = DirectPool.create(engine, size=2, timeout_s=5.0) if driver == "direct" else None
-    writes = GroupCommit(engine, None, direct=direct)
+    writes = writes_with(engine, None, direct=direct)
     writes.start()
     try:
         yield Follower(
@@ -203,16 +209,17 @@ def _confirmed_pages(executor: _Executor) -> list[int]:
     return pages
 
 
+@pytest.mark.parametrize("driver", ["sqlalchemy", "direct"])
 @pytest.mark.parametrize("whole", [True, False])
 async def test_rows_that_a_whole_read_found_waiting_are_marked_heard_of_for_the_tracker(
-    database_url: str, whole: bool
+    database_url: str, whole: bool, driver: str
 ) -> None:
     """A whole read of every list they could have moved to did not show them: the tracker need
     not ask the executor about each. A read cut short (its pages ran out) proves nothing."""
     executor = _Executor()
     ids = _submitted(database_url, 25, executor)
     settings = {"vouch_every_s": 0.0, "max_pages": 5 if whole else 1}
-    async with _follower(database_url, executor, "direct", **settings) as follower:
+    async with _follower(database_url, executor, driver, **settings) as follower:
         _follow(follower, executor, ids)
         for tx_id in ids[:15]:  # more than the one page of 10 the cut-short read may read
             executor.move(f"ex-{tx_id}", "confirmed")
@@ -328,30 +335,19 @@ async def test_news_a_read_could_not_apply_is_read_again(database_url: str) -> N
     anything heard of): the next read goes down as far again and finds it."""
     executor = _Executor()
     ids = _submitted(database_url, 12, executor)
-    engine = create_engine(InfraSettings(database_url=database_url))
-    writes = _MovedOnce(engine, None, transaction_id=ids[0])
-    writes.start()
-    member = SimpleNamespace(id="relayer-1", guard=executor, client=executor)
-    follower = Follower(
-        create_sessionmaker(engine),
-        SimpleNamespace(member=lambda _relayer: member),  # type: ignore[arg-type]
-        writes,
-        interval_s=1.0,
-        page_size=10,
-        max_pages=5,
-        capacity=100,
-        max_age_s=600.0,
-    )
-    try:
+    made: list[_MovedOnce] = []
+
+    def moved_once(*args: Any, **kwargs: Any) -> _MovedOnce:
+        made.append(_MovedOnce(*args, transaction_id=ids[0], **kwargs))
+        return made[-1]
+
+    async with _follower(database_url, executor, "sqlalchemy", moved_once) as follower:
         _follow(follower, executor, ids)
         for tx_id in ids[:11]:
             executor.move(f"ex-{tx_id}", "confirmed")
         executor.now += timedelta(seconds=10)
         executor.move(f"ex-{ids[11]}", "confirmed")  # the newest, 10 s after the others
         assert await follower.run_once() == 11  # ids[0]'s row "moved meanwhile"
-        assert writes.refused == 1
+        assert made[0].refused == 1
         assert await follower.run_once() == 1  # down to ids[0]'s page again
-    finally:
-        await writes.stop()
-        await engine.dispose()
     assert status_counts(database_url) == {"confirmed": 12}
