@@ -1,10 +1,10 @@
 """Chain mode, measured once: transactions confirmed per second through the whole system.
 
 ``python -m bench.chain [--transactions 1000] [--kind direct|gasless] [--block-time 0]
-[--relayers 1,4] [--rpc-latency-ms 0] [--no-webhooks]``
+[--relayers 1,4] [--rpc-latency-ms 0] [--webhooks]``
 
 The API, one consumer and the relayer-stub in chain mode (signing and broadcasting on anvil,
-statuses from receipts, webhooks to the API), on MariaDB, Redis and a local SQS server like
+statuses from receipts), on MariaDB, Redis and a local SQS server like
 ``make bench``; with ``--relayers 1,4`` the same measure once per pool size (the stub serving
 that many relayers, each its own anvil account and serial sender, and Relay spreading over
 them), in one run, with the rates' ratio. Transactions are submitted as fast as 32 concurrent
@@ -16,9 +16,10 @@ distinct signers (each signer's first nonce), executed through the forwarder.
 ``--rpc-latency-ms`` has the stub wait that long before each of its calls to the node, as a
 hosted node's round trip would: on loopback a relayer's serial sender never waits, so one
 relayer is limited only by the machine's CPU, and a pool cannot show its gain.
-``--no-webhooks``: the executor sends none (an OZ Relayer with no notification configured);
-Relay then hears of each transaction from the executor's submit answer, its tracker and its
-receipt pass alone.
+As shipped, the executor sends no webhooks (an OZ Relayer with no notification configured):
+Relay hears of each transaction from the executor's submit answer, the consumer's follower
+(the executor's lists, every second), its tracker and its receipt pass. ``--webhooks``: the
+executor also POSTs each status change to the API, signed, as a configured notification does.
 Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
@@ -134,7 +135,7 @@ async def measure(
     block_time_s: float,
     relayers: int = 1,
     rpc_latency_ms: float = 0.0,
-    webhooks: bool = True,
+    webhooks: bool = False,
     consumer_settings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-"))
@@ -340,10 +341,10 @@ def main() -> int:
         "the base of the rates' ratio)",
     )
     parser.add_argument(
-        "--no-webhooks",
+        "--webhooks",
         action="store_true",
-        help="the executor sends no webhooks: Relay hears from its follower, tracker and "
-        "receipt pass",
+        help="the executor also sends its signed webhooks to the API (as shipped it sends none: "
+        "Relay hears from its follower, tracker and receipt pass)",
     )
     parser.add_argument(
         "--follow-interval-s",
@@ -372,7 +373,7 @@ def main() -> int:
                 args.block_time,
                 size,
                 args.rpc_latency_ms,
-                webhooks=not args.no_webhooks,
+                webhooks=args.webhooks,
                 consumer_settings=consumer_settings,
             )
         )

@@ -157,8 +157,8 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
         receipt = _receipt(chain, str(status["hash"]))
         assert receipt is not None, status
         assert receipt["status"] == "0x1"
-        # The executor's webhooks reach the API (signed with a key make run made): the
-        # status came from them, not from the consumer's tracker 15 s after the last news.
+        # The consumer's follower read it in the executor's confirmed list (make run's
+        # executor sends no webhooks, as shipped): not the tracker 15 s after the last news.
         with sqlite3.connect(state / "relay.db") as db:
             sources = dict(
                 db.execute(
@@ -166,7 +166,7 @@ def test_make_run_serves_a_transaction_and_ctrl_c_stops_the_whole_tree(
                     (transaction_id,),
                 ).fetchall()
             )
-        assert sources.get("confirmed") == "webhook", sources
+        assert sources.get("confirmed") == "follower", sources
 
         # The gasless example, as the banner says to run it: no arguments beside make run.
         example = subprocess.run(

@@ -83,6 +83,12 @@ class DevSettings(BaseSettings):
         "account (relayer-1 ... relayer-N; RELAY_EXECUTOR_RELAYERS names them for Relay). "
         "Ignored when RELAY_EXECUTOR_URL is set",
     )
+    dev_webhooks: bool = Field(
+        False,
+        description="the relayer-stub also POSTs each status change to the API, signed, as an "
+        "OZ Relayer's notification would (off: the consumer's follower reads the executor's "
+        "lists, as the shipped configuration does). Ignored when RELAY_EXECUTOR_URL is set",
+    )
 
     def relayer_ids(self) -> list[str]:
         return [f"relayer-{n}" for n in range(1, self.dev_relayers + 1)]
@@ -240,19 +246,24 @@ def run() -> int:
             # resume on a real chain, nor the other way round).
             ledger = "relayer-stub-chain.sqlite3" if chain else "relayer-stub.sqlite3"
             os.environ.setdefault("STUB_LEDGER_PATH", str(state_dir / ledger))
-            # The executor reports each status change to the API as it happens (signed), as
-            # an OZ Relayer's notification does in production; without it every status would
-            # wait for the consumer's tracker (15 s after the last news).
-            webhook_key = _webhook_signing_key(state_dir)
-            os.environ["RELAY_WEBHOOK_SIGNING_KEY"] = webhook_key
+            # Statuses reach Relay as in the shipped configuration: the consumer's follower
+            # reads the executor's lists every second. RELAY_DEV_WEBHOOKS=on adds the
+            # executor's signed webhooks (an OZ Relayer's notification) to try that path.
+            hooks: dict[str, str] = {}
+            if dev.dev_webhooks:
+                webhook_key = _webhook_signing_key(state_dir)
+                os.environ["RELAY_WEBHOOK_SIGNING_KEY"] = webhook_key
+                hooks = {
+                    "STUB_WEBHOOK_URL": f"http://127.0.0.1:{settings.port}{WEBHOOK_PATH}",
+                    "STUB_WEBHOOK_SIGNING_KEY": webhook_key,
+                }
             stub = subprocess.Popen(
                 [sys.executable, "-m", "relayer_stub.main"],
                 env={
                     **os.environ,
                     "STUB_PORT": str(stub_port),
                     "STUB_ADMIN_TOKEN": _stub_admin_token(state_dir),
-                    "STUB_WEBHOOK_URL": f"http://127.0.0.1:{settings.port}{WEBHOOK_PATH}",
-                    "STUB_WEBHOOK_SIGNING_KEY": webhook_key,
+                    **hooks,
                 },
                 start_new_session=True,
             )
