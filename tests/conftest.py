@@ -30,8 +30,6 @@ from relay_testkit import (
     wait_http,
 )
 
-WEBHOOK_KEY = "chain-tests-webhook-signing-key-0123456789"
-
 
 @dataclass
 class ChainStack:
@@ -74,8 +72,6 @@ def chain_stub(
         tmp_path_factory.mktemp("chain-stub"),
         STUB_CHAIN_RPC_URL=anvil.rpc_url,
         STUB_CHAIN_POLL_INTERVAL_S="0.05",
-        STUB_WEBHOOK_BACKOFF_MIN_S="0.2",
-        STUB_WEBHOOK_BACKOFF_MAX_S="0.5",
     )
     try:
         yield stub
@@ -96,7 +92,9 @@ async def stack(
     chain_stub.lifecycle(paused=False)  # reset pauses the stub; on a chain it must send
     api_port = free_port()
     api_url = f"http://127.0.0.1:{api_port}"
-    chain_stub.webhook(f"{api_url}/api/v1/webhooks/oz-relayer", WEBHOOK_KEY)
+    # Statuses as shipped: no executor webhooks, the consumer's follower and tracker at their
+    # defaults (make run, docker-compose and infra/ configure none).
+    chain_stub.webhook(None, None)
     await queue_mod.create_queues(sqs, InfraSettings(**infra_env))
     env = infra_process_env(
         infra_env,
@@ -104,9 +102,6 @@ async def stack(
         RELAY_CHAIN_RPC_URL=anvil.rpc_url,
         RELAY_CHAIN_ID=str(deployment.chain_id),
         RELAY_FORWARDER_ADDRESS=deployment.forwarder,
-        RELAY_WEBHOOK_SIGNING_KEY=WEBHOOK_KEY,
-        RELAY_TRACKER_STALE_S="2",
-        RELAY_TRACKER_INTERVAL_S="0.5",
         RELAY_CONSUMER_NONCE_POLL_S="0.3",
         RELAY_CONSUMER_WAIT_TIME_S="1",
         RELAY_CONSUMER_HEARTBEAT_FILE=str(tmp_path / "heartbeat"),
