@@ -40,6 +40,7 @@ GRACE_S = 30.0
 # The consumer's drain grace under `make run` (110 s in production, sized for ECS's 120 s).
 DEV_CONSUMER_GRACE_S = 20.0
 # Where `make run` keeps the executor's admin token (in the state directory).
+DEV_JAM_AFTER_BLOCKS = 20
 STUB_ADMIN_TOKEN_FILE = "stub-admin-token"  # noqa: S105 (a file name)
 WEBHOOK_KEY_FILE = "webhook-signing-key"
 WEBHOOK_PATH = "/api/v1/webhooks/oz-relayer"
@@ -231,6 +232,10 @@ def run() -> int:
             os.environ.setdefault("RELAY_FORWARDER_NAME", deployed["forwarderName"])
             os.environ.setdefault("STUB_CHAIN_RPC_URL", chain.rpc_url)
             os.environ.setdefault("STUB_CHAIN_CONFIRMATIONS", str(dev.dev_chain_confirmations))
+            # The dev chain makes a block a second: a relayer whose oldest submitted
+            # transaction stays unmined through 20 of them is jammed (RELAY_RELAYER_JAM_AFTER_S,
+            # 45 s, still holds where blocks come slower or only with transactions).
+            os.environ.setdefault("RELAY_RELAYER_JAM_AFTER_BLOCKS", str(DEV_JAM_AFTER_BLOCKS))
         if not os.environ.get("RELAY_EXECUTOR_URL"):  # the stub's pool is Relay's
             os.environ.setdefault("STUB_RELAYER_IDS", ",".join(dev.relayer_ids()))
             os.environ.setdefault("RELAY_EXECUTOR_RELAYERS", os.environ["STUB_RELAYER_IDS"])
