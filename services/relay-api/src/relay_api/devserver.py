@@ -39,8 +39,9 @@ from relay_devstack import localchain, localsqs
 GRACE_S = 30.0
 # The consumer's drain grace under `make run` (110 s in production, sized for ECS's 120 s).
 DEV_CONSUMER_GRACE_S = 20.0
-# Where `make run` keeps the executor's admin token (in the state directory).
+# A dev relayer is jammed once its oldest submitted transaction stays unmined this many blocks.
 DEV_JAM_AFTER_BLOCKS = 20
+# Where `make run` keeps the executor's admin token (in the state directory).
 STUB_ADMIN_TOKEN_FILE = "stub-admin-token"  # noqa: S105 (a file name)
 WEBHOOK_KEY_FILE = "webhook-signing-key"
 WEBHOOK_PATH = "/api/v1/webhooks/oz-relayer"
