@@ -20,6 +20,12 @@ As shipped, the executor sends no webhooks (an OZ Relayer with no notification c
 Relay hears of each transaction from the executor's submit answer, the consumer's follower
 (the executor's lists, every second), its tracker and its receipt pass. ``--webhooks``: the
 executor also POSTs each status change to the API, signed, as a configured notification does.
+Before the runs, the same run measures a ceiling: the CPU a bare FastAPI endpoint on one
+uvicorn worker spends per request (``bench.ceilings``, closed loop for 5 s), and each run's
+Relay CPU per confirmed transaction is also given in those requests
+(``relay_cpu_per_confirmed_in_bare_requests``), a figure that moves less than milliseconds
+between machines (the bare request itself cost 62 to 116 µs on the machines of this repo's
+results).
 Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
@@ -42,7 +48,7 @@ from eth_account import Account
 from eth_utils import keccak
 from sqlalchemy import create_engine, text
 
-from bench import infra, procstat
+from bench import ceilings, infra, procstat
 from bench.infra import ROOT, Run, check
 from relay_core import ethereum, evm
 from relay_devstack import localchain
@@ -263,6 +269,17 @@ async def measure(
             chain.stop()
 
 
+async def bare_ceiling() -> dict[str, Any]:
+    """The bare endpoint's CPU per request, measured here and now (see the module docstring)."""
+    workdir = Path(tempfile.mkdtemp(prefix="relay-bench-chain-ceiling-"))
+    async with Run.open(workdir, "ministack") as run:
+        http = await ceilings.http_ceiling(run, 5.0, 32, 100, 1.0)
+    return {
+        "bare_endpoint_cpu_us_per_request": http["server_cpu_us_per_request"],
+        "bare_endpoint_rate": http["rate"],
+    }
+
+
 def _create_key(env: dict[str, str]) -> str:
     """A client whose rate limit the load stays under (the limiter still runs)."""
     return new_api_key({**os.environ, **env}, "bench-chain", rate_per_s=100_000, burst=100_000)
@@ -365,6 +382,7 @@ def main() -> int:
     if args.follow_interval_s is not None:
         consumer_settings["tracker_follow_interval_s"] = str(args.follow_interval_s)
     sizes = [int(n) for n in args.relayers.split(",") if n.strip()]
+    ceiling = asyncio.run(bare_ceiling())
     runs = [
         asyncio.run(
             measure(
@@ -379,7 +397,13 @@ def main() -> int:
         )
         for size in sizes
     ]
+    bare_us = ceiling["bare_endpoint_cpu_us_per_request"]
+    for measured in runs:
+        measured["relay_cpu_per_confirmed_in_bare_requests"] = round(
+            1000 * measured["relay_cpu_ms_per_confirmed"] / bare_us, 1
+        )
     result: dict[str, Any] = runs[0] if len(runs) == 1 else {"runs": runs}
+    result["ceiling"] = ceiling
     if len(runs) > 1:
         base = runs[0]["confirmed_per_s"]
         result["ratio_to_first"] = [round(r["confirmed_per_s"] / base, 2) for r in runs]
