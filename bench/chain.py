@@ -35,7 +35,6 @@ import argparse
 import asyncio
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -46,9 +45,8 @@ from typing import Any
 import httpx
 from eth_account import Account
 from eth_utils import keccak
-from sqlalchemy import create_engine, text
 
-from bench import ceilings, infra, procstat
+from bench import ceilings, chain_rows, procstat
 from bench.infra import ROOT, Run, check
 from relay_core import ethereum, evm
 from relay_devstack import localchain
@@ -60,79 +58,8 @@ WEBHOOK_KEY = "bench-chain-webhook-signing-key-0123456789"
 GAS = 200_000
 
 
-def _counts(database_url: str, where: str = "TRUE") -> dict[str, int]:
-    engine = create_engine(infra.sync_url(database_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(f"SELECT status, COUNT(*) FROM transactions WHERE {where} GROUP BY 1")  # noqa: S608 (our own conditions)
-            )
-            return {str(status): int(n) for status, n in rows}
-    finally:
-        engine.dispose()
-
-
-def _errors(database_url: str) -> list[str]:
-    engine = create_engine(infra.sync_url(database_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text("SELECT DISTINCT error FROM transactions WHERE status = 'failed' LIMIT 5")
-            )
-            return [str(r[0]) for r in rows]
-    finally:
-        engine.dispose()
-
-
-def _latencies(database_url: str) -> list[float]:
-    engine = create_engine(infra.sync_url(database_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    "SELECT TIMESTAMPDIFF(MICROSECOND, created_at, confirmed_at) / 1e6 "
-                    "FROM transactions WHERE confirmed_at IS NOT NULL"
-                )
-            )
-            return sorted(float(r[0]) for r in rows)
-    finally:
-        engine.dispose()
-
-
-def _heard_after(database_url: str) -> list[float]:
-    """Per confirmed transaction, how long after the executor saw it confirmed (its
-    ``confirmed_at``) Relay recorded it so (the event's time): what a client polling Relay
-    waits beyond the chain."""
-    engine = create_engine(infra.sync_url(database_url))
-    try:
-        with engine.connect() as conn:
-            rows = conn.execute(
-                text(
-                    "SELECT TIMESTAMPDIFF(MICROSECOND, t.confirmed_at, e.created_at) / 1e6 "
-                    "FROM transactions t JOIN transaction_events e ON e.transaction_id = t.id "
-                    "WHERE e.to_status = 'confirmed' AND t.confirmed_at IS NOT NULL"
-                )
-            )
-            return sorted(float(r[0]) for r in rows)
-    finally:
-        engine.dispose()
-
-
-def _summary(values: list[float]) -> dict[str, float]:
-    return {
-        "p50": round(_percentile(values, 50), 3),
-        "p95": round(_percentile(values, 95), 3),
-        "max": round(max(values), 3) if values else 0.0,
-        "mean": round(statistics.fmean(values), 3) if values else 0.0,
-    }
-
-
 def _float_or_none(value: str | None) -> float | None:
     return None if value is None else float(value)
-
-
-def _percentile(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))] if values else 0.0
 
 
 async def measure(
@@ -210,20 +137,23 @@ async def measure(
             await _submit(api_url, key, kind, bodies)
             accepted_s = time.monotonic() - started
             deadline = started + 600
-            while (counts := _counts(database_url)).get("confirmed", 0) < transactions:
+            while (counts := chain_rows.counts(database_url)).get("confirmed", 0) < transactions:
                 check(time.monotonic() < deadline, f"not all confirmed in 600 s: {counts}")
-                check(not counts.get("failed"), f"failures: {counts}: {_errors(database_url)}")
+                check(
+                    not counts.get("failed"),
+                    f"failures: {counts}: {chain_rows.errors(database_url)}",
+                )
                 await asyncio.sleep(0.25)
             elapsed = time.monotonic() - started
             # Relay's work for a transaction ends when the consumer has read what it cost
             # from its receipt (a pass every tracker interval): the CPU is read after that.
-            while _counts(database_url, "fee_wei IS NULL").get("confirmed", 0):
+            while chain_rows.counts(database_url, "fee_wei IS NULL").get("confirmed", 0):
                 check(time.monotonic() < deadline, "costs not all recorded in 600 s")
                 await asyncio.sleep(0.25)
             costs_recorded_s = time.monotonic() - started
             after = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
-            latencies = _latencies(database_url)
-            heard_after = _heard_after(database_url)
+            latencies = chain_rows.latencies(database_url)
+            heard_after = chain_rows.heard_after(database_url)
             rpc = evm.EvmRpc(chain.rpc_url)
             try:
                 if kind == "direct":
@@ -249,8 +179,8 @@ async def measure(
                 "first_202_to_last_confirmed_s": round(elapsed, 2),
                 "first_202_to_last_cost_recorded_s": round(costs_recorded_s, 2),
                 "confirmed_per_s": round(transactions / elapsed, 1),
-                "latency_accept_to_confirmed_s": _summary(latencies),
-                "confirmed_heard_after_s": _summary(heard_after),
+                "latency_accept_to_confirmed_s": chain_rows.summary(latencies),
+                "confirmed_heard_after_s": chain_rows.summary(heard_after),
                 "relayers": relayers,
                 "webhooks": webhooks,
                 "follow_interval_s": _float_or_none(
