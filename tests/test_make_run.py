@@ -456,3 +456,94 @@ def test_the_relay_command_works_beside_make_run_in_a_new_shell(
         assert ".venv/bin/relay queues resume --lane fast" in again.output()
     finally:
         _interrupt(again)
+
+
+def _pool_states(run: MakeRun, state: Path) -> dict[str, str]:
+    view = json.loads(_relay(run, state, "relayers", "--json"))
+    return {item["relayer"]: item["state"] for item in view["relayers"]}
+
+
+def _rows(state: Path, ids: list[str]) -> list[tuple[str, str, str | None]]:
+    """(id, status, relayer) of each of ``ids``, from make run's database."""
+    with sqlite3.connect(state / "relay.db") as db:
+        marks = ",".join("?" * len(ids))
+        query = f"SELECT id, status, relayer FROM transactions WHERE id IN ({marks})"  # noqa: S608
+        return [tuple(row) for row in db.execute(query, ids).fetchall()]
+
+
+def _all_confirmed(state: Path, ids: list[str], within_s: float) -> float:
+    """Seconds until every one of ``ids`` is confirmed (fails after ``within_s``)."""
+    started = time.monotonic()
+    while (rows := _rows(state, ids)) and any(status != "confirmed" for _, status, _ in rows):
+        assert time.monotonic() - started < within_s, sorted({status for _, status, _ in rows})
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
+@pytest.mark.ops
+@pytest.mark.timeout(420)
+def test_make_run_with_three_relayers_starves_a_jammed_one_and_executes_nothing_twice(
+    tmp_path: Path, workdir: Path
+) -> None:
+    """Issue 29's must-show on the shipped defaults: `RELAY_DEV_RELAYERS=3 make run`, the
+    executor sending no webhooks. Transactions are spread over the three; relayer-2, jammed
+    through the stub, is seen `jammed` within a minute and takes no new work; once the jam is
+    lifted everything is confirmed, and the payee's balance counts each transfer once."""
+    state = tmp_path / "state"
+    run = _start(workdir, state, tmp_path / "make-run.log", {"RELAY_DEV_RELAYERS": "3"})
+    try:
+        headers = {"X-API-Key": run.key}
+        payee = "0x" + os.urandom(20).hex()
+
+        def send(count: int) -> list[str]:
+            return [
+                httpx.post(
+                    f"{run.base}/api/v1/relay/direct",
+                    headers=headers,
+                    json={"to": payee, "value": "1"},
+                    timeout=10,
+                ).json()["transactionId"]
+                for _ in range(count)
+            ]
+
+        def relayers_of(ids: list[str]) -> dict[str | None, int]:
+            spread: dict[str | None, int] = {}
+            for _, _, relayer in _rows(state, ids):
+                spread[relayer] = spread.get(relayer, 0) + 1
+            return spread
+
+        first = send(45)
+        _all_confirmed(state, first, CONFIRMED_S)
+        assert relayers_of(first) == {"relayer-1": 15, "relayer-2": 15, "relayer-3": 15}
+
+        faults = f"{run.banner('executor')}/__admin/faults"
+        httpx.patch(
+            faults, headers=run.stub_admin, json={"jam_relayers": ["relayer-2"]}
+        ).raise_for_status()
+        jammed = time.monotonic()
+        meanwhile: list[str] = []
+        while _pool_states(run, state)["relayer-2"] != "jammed":
+            assert time.monotonic() - jammed < 60, _pool_states(run, state)
+            meanwhile += send(1)
+            time.sleep(1)
+        print(f"relayer-2 seen jammed {time.monotonic() - jammed:.1f} s after the jam")  # noqa: T201
+        after = send(16)
+        assert "relayer-2" not in relayers_of(after), relayers_of(after)
+
+        httpx.patch(faults, headers=run.stub_admin, json={"jam_relayers": []}).raise_for_status()
+        everything = first + meanwhile + after
+        took = _all_confirmed(state, everything, 120)
+        print(f"all {len(everything)} confirmed {took:.1f} s after the jam was lifted")  # noqa: T201
+        balance = httpx.post(
+            _chain_rpc(run.output()),
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "eth_getBalance",
+                "params": [payee, "latest"],
+            },
+            timeout=10,
+        ).json()["result"]
+        assert int(balance, 16) == len(everything)
+    finally:
+        _interrupt(run)

@@ -234,8 +234,8 @@ def run() -> int:
             os.environ.setdefault("STUB_CHAIN_RPC_URL", chain.rpc_url)
             os.environ.setdefault("STUB_CHAIN_CONFIRMATIONS", str(dev.dev_chain_confirmations))
             # The dev chain makes a block a second: a relayer whose oldest submitted
-            # transaction stays unmined through 20 of them is jammed (RELAY_RELAYER_JAM_AFTER_S,
-            # 45 s, still holds where blocks come slower or only with transactions).
+            # transaction stays unmined through DEV_JAM_AFTER_BLOCKS of them is jammed (the
+            # seconds rule, RELAY_RELAYER_JAM_AFTER_S, holds where blocks come slower).
             os.environ.setdefault("RELAY_RELAYER_JAM_AFTER_BLOCKS", str(DEV_JAM_AFTER_BLOCKS))
         if not os.environ.get("RELAY_EXECUTOR_URL"):  # the stub's pool is Relay's
             os.environ.setdefault("STUB_RELAYER_IDS", ",".join(dev.relayer_ids()))
