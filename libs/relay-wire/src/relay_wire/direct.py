@@ -53,9 +53,10 @@ from typing import Any, Protocol
 from relay_wire.slots import Slots
 from relay_wire.sqlrows import Loader, Row
 from relay_wire.statements import (
+    DEADLOCK_TRIES,
     NO_BACKSLASH_ESCAPES,
-    code_of,
     connect_cut,
+    deadlocked,
     escape_with_backslashes,
     execute,
     fetch,
@@ -73,8 +74,6 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 log = logging.getLogger(__name__)
 
-_DEADLOCK = 1213  # ER_LOCK_DEADLOCK: the server rolled the transaction back
-_DEADLOCK_TRIES = 3
 # Server-side prepared statements kept per connection: MySQL's max_prepared_stmt_count (16,382
 # by default) is shared by every connection of the server.
 _PREPARED_PER_CONNECTION = 8
@@ -189,13 +188,13 @@ class DirectPool:
             if prepare:
                 raise ValueError("only a single statement can be prepared")
             sql = "; ".join(["START TRANSACTION", *sql, "COMMIT"])
-        for attempt in range(_DEADLOCK_TRIES):
+        for attempt in range(DEADLOCK_TRIES):
             try:
                 async with self.connection() as conn:
                     counts = await execute(conn, sql, args, prepare=prepare)  # type: ignore[arg-type]
                     return counts[1:-1] if several else counts
             except DBAPIError as exc:
-                if attempt + 1 == _DEADLOCK_TRIES or code_of(exc) != _DEADLOCK:
+                if attempt + 1 == DEADLOCK_TRIES or not deadlocked(exc):
                     raise
                 log.info("db.direct.deadlock_retried", extra={"attempt": attempt + 1})
         raise AssertionError("unreachable")

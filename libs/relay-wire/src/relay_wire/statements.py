@@ -70,6 +70,16 @@ def lost(conn: Any, exc: BaseException) -> bool:
     return not usable(conn)
 
 
+DEADLOCK_TRIES = 3  # a deadlock's victim done again up to twice
+_DEADLOCK = 1213  # ER_LOCK_DEADLOCK
+
+
+def deadlocked(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server chose its transaction as a deadlock's victim: it rolled
+    all of that transaction back, so the transaction can be done again from its start."""
+    return code_of(exc) == _DEADLOCK
+
+
 def code_of(exc: BaseException) -> int | None:
     """The MySQL error number of a driver error (or of the one a DBAPIError wraps)."""
     if isinstance(exc, DBAPIError):

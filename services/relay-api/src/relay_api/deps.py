@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Annotated
+from typing import Annotated, TypeVar
 
 from fastapi import Depends, Request, Security
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from relay_api.auth.service import MISSING_KEY, Caller
@@ -16,6 +18,10 @@ from relay_api.runtime import Runtime
 from relay_core.errors import Forbidden, Unauthorized, UnsupportedMediaType
 from relay_core.queue import TransactionMessage
 from relay_wire.direct import DirectPool
+from relay_wire.statements import DEADLOCK_TRIES, deadlocked
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 # Plain `def` dependencies would run in a worker thread; these do no I/O.
@@ -81,9 +87,13 @@ async def unit_of_work(runtime: Runtime) -> AsyncIterator[UnitOfWork]:
             raise
         try:
             await uow.commit()
-        except BaseException:
+        except BaseException as exc:
             # Not undone: a commit that failed may still have been written (a lost
-            # connection), and what is undone here is what keeps budgets strict.
+            # connection), and what is undone here is what keeps budgets strict. A deadlock's
+            # victim was rolled back by the server: nothing of it was written.
+            if deadlocked(exc):
+                for undo in uow.on_rollback:
+                    undo()
             await uow.rollback()
             raise
     finally:
@@ -93,6 +103,25 @@ async def unit_of_work(runtime: Runtime) -> AsyncIterator[UnitOfWork]:
         runtime.publisher.publish(uow.outbox)
     for action in uow.after_commit:
         await action()
+
+
+async def in_unit_of_work(runtime: Runtime, work: Callable[[UnitOfWork], Awaitable[T]]) -> T:
+    """``work(uow)`` in a :func:`unit_of_work`, done again in a new one when the database
+    chose its transaction as a deadlock's victim (up to twice): the server rolled all of it
+    back, and whatever it had taken outside the database was given back with that rollback
+    (``on_rollback``), so nothing of the first try remains. Two writers of the transactions
+    table can deadlock on its secondary indexes (a batch's INSERT and the outbox's UPDATE of
+    ``enqueued_at``); without this the request would answer 503 for what the server settled
+    in a millisecond."""
+    for attempt in range(1, DEADLOCK_TRIES + 1):
+        try:
+            async with unit_of_work(runtime) as uow:
+                return await work(uow)
+        except DBAPIError as exc:
+            if attempt == DEADLOCK_TRIES or not deadlocked(exc):
+                raise
+            log.info("api.deadlock_retried", extra={"attempt": attempt})
+    raise AssertionError("unreachable")
 
 
 async def get_uow(runtime: RuntimeDep) -> AsyncIterator[UnitOfWork]:

@@ -15,6 +15,7 @@ from starlette.routing import Match
 from relay_api.relay.schemas import BEYOND_SCHEMA
 from relay_api.responses import Json
 from relay_core.errors import RelayError
+from relay_wire.statements import code_of
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +86,12 @@ async def _on_database(request: Request, exc: Exception) -> Json:
         return error_response(409, "conflict", "the request conflicts with an existing record")
     log.error(
         "api.database_unavailable",
-        extra={"path": request.url.path, "error": type(getattr(exc, "orig", exc)).__name__},
+        extra={
+            "path": request.url.path,
+            "error": type(getattr(exc, "orig", exc)).__name__,
+            # the server's error number (1205: a lock wait timed out), if it answered
+            "code": code_of(exc) if isinstance(exc, DBAPIError) else None,
+        },
     )
     return error_response(503, "service_unavailable", "the database is unavailable; retry later")
 

@@ -10,7 +10,7 @@ from fastapi import APIRouter, Header, Path, Query
 
 from relay_api import metrics
 from relay_api.auth.service import Caller
-from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, unit_of_work
+from relay_api.deps import CallerDep, JsonBody, RuntimeDep, UowDep, in_unit_of_work, unit_of_work
 from relay_api.openapi import AUTHENTICATED, WITH_BODY, errors
 from relay_api.relay import batch as batch_service
 from relay_api.relay import cancel, requests, service, speedup
@@ -114,8 +114,9 @@ async def accept_direct(
 async def _accept(
     runtime: Runtime, caller: Caller, new: requests.NewTransaction, key: str | None
 ) -> service.Accepted:
-    async with unit_of_work(runtime) as uow:
-        return await service.accept(
+    return await in_unit_of_work(
+        runtime,
+        lambda uow: service.accept(
             uow,
             caller,
             new,
@@ -123,7 +124,8 @@ async def _accept(
             runtime.budgets,
             runtime.fees,
             runtime.settings.forwarder_gas_overhead,
-        )
+        ),
+    )
 
 
 @router.post(
@@ -179,8 +181,9 @@ async def submit_batch(
             f"client {caller.name}"
         )
     started = time.perf_counter()
-    async with unit_of_work(runtime) as uow:
-        results = await batch_service.accept_batch(
+    results = await in_unit_of_work(
+        runtime,
+        lambda uow: batch_service.accept_batch(
             uow,
             caller,
             batch,
@@ -188,7 +191,8 @@ async def submit_batch(
             runtime.budgets,
             runtime.fees,
             runtime.settings.forwarder_gas_overhead,
-        )
+        ),
+    )
     replayed = all(result.replayed for result in results)
     metrics.ACCEPT_SECONDS.observe(
         "batch", "replayed" if replayed else "accepted", time.perf_counter() - started
