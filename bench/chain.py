@@ -26,6 +26,9 @@ Relay CPU per confirmed transaction is also given in those requests
 (``relay_cpu_per_confirmed_in_bare_requests``), a figure that moves less than milliseconds
 between machines (the bare request itself cost 62 to 116 µs on the machines of this repo's
 results).
+Each run first measures what Relay's processes spend a second idle (``IDLE_S``, nothing
+submitted yet: timers, polls, watches), and how much of the CPU per confirmed transaction that
+is over the run's length (``relay_idle_cpu_ms_per_confirmed``).
 Writes ``bench/results/chain-<kind>-<UTC time>.json``.
 """
 
@@ -56,6 +59,7 @@ from relay_testkit import new_api_key, start_stub
 RESULTS = ROOT / "bench" / "results"
 WEBHOOK_KEY = "bench-chain-webhook-signing-key-0123456789"
 GAS = 200_000
+IDLE_S = 5.0
 
 
 def _float_or_none(value: str | None) -> float | None:
@@ -132,6 +136,7 @@ async def measure(
                 "stub": stub.process.pid,
                 "anvil": chain.process.pid,
             }
+            idle = await _idle_cpu(pids)
             before = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
             started = time.monotonic()
             await _submit(api_url, key, kind, bodies)
@@ -188,6 +193,13 @@ async def measure(
                 ),
                 "consumer_settings": consumer_settings or {},
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
+                # What each process spends a second with nothing to do (its timers, polls
+                # and watches), measured before the submission: over a run of ``elapsed``
+                # seconds, this much of its CPU per transaction is not the transactions'.
+                "idle_cpu_ms_per_s": idle,
+                "relay_idle_cpu_ms_per_confirmed": round(
+                    (idle["api"] + idle["consumer"]) * costs_recorded_s / transactions, 2
+                ),
                 # Relay's own processes (the executor's webhooks and the tracker included)
                 "relay_cpu_ms_per_confirmed": round(
                     1000 * sum(after[k] - before[k] for k in ("api", "consumer")) / transactions,
@@ -197,6 +209,16 @@ async def measure(
             }
         finally:
             chain.stop()
+
+
+async def _idle_cpu(pids: dict[str, int]) -> dict[str, float]:
+    """Each process's CPU milliseconds per second over ``IDLE_S`` with nothing submitted."""
+    before = {name: procstat.cpu_seconds(pid) or 0.0 for name, pid in pids.items()}
+    await asyncio.sleep(IDLE_S)
+    return {
+        name: round(1000 * ((procstat.cpu_seconds(pid) or 0.0) - before[name]) / IDLE_S, 1)
+        for name, pid in pids.items()
+    }
 
 
 async def bare_ceiling() -> dict[str, Any]:
