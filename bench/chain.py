@@ -194,8 +194,8 @@ async def measure(
                 "consumer_settings": consumer_settings or {},
                 "cpu_s": {k: round(after[k] - before[k], 2) for k in after},
                 # What each process spends a second with nothing to do (its timers, polls
-                # and watches), measured before the submission: over a run of ``elapsed``
-                # seconds, this much of its CPU per transaction is not the transactions'.
+                # and watches), measured before the submission: over the run, up to the last
+                # cost recorded, this much of its CPU per transaction is not the transactions'.
                 "idle_cpu_ms_per_s": idle,
                 "relay_idle_cpu_ms_per_confirmed": round(
                     (idle["api"] + idle["consumer"]) * costs_recorded_s / transactions, 2

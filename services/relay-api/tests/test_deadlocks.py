@@ -12,6 +12,7 @@ import pytest
 from api_testkit import DEAD, count_rows
 from sqlalchemy.exc import OperationalError
 
+from relay_api.deps import UnitOfWork, unit_of_work
 from relay_api.relay import repository
 from relay_api.runtime import Runtime
 
@@ -82,3 +83,20 @@ async def test_a_request_deadlocked_on_every_try_answers_503_and_writes_nothing(
     assert refused.status_code == 503, refused.text
     assert len(tries) == 3
     assert await count_rows(runtime) == 0
+
+
+@pytest.mark.parametrize(("code", "undone"), [(1213, [True]), (2013, [])])
+async def test_a_commit_that_was_a_deadlocks_victim_gives_back_what_it_took_and_no_other_does(
+    runtime: Runtime, monkeypatch: pytest.MonkeyPatch, code: int, undone: list[bool]
+) -> None:
+    # 1213: the server rolled it all back, so a budget lease's slice is given back; 2013 (the
+    # connection lost during the commit): it may have been written, so nothing is undone.
+    async def failing(uow: UnitOfWork) -> None:
+        raise OperationalError("COMMIT", {}, asyncmy.errors.OperationalError(code, "failed"))
+
+    monkeypatch.setattr(UnitOfWork, "commit", failing)
+    given_back: list[bool] = []
+    with pytest.raises(OperationalError):
+        async with unit_of_work(runtime) as uow:
+            uow.on_rollback.append(lambda: given_back.append(True))
+    assert given_back == undone
